@@ -1,0 +1,159 @@
+//! Model configuration from GGUF metadata, and the tensor names of a llama-architecture model.
+
+use crate::gguf::{GgmlType, GgufError, GgufFile};
+
+/// Architectures whose tensor layout and forward pass radixlm implements.
+pub const SUPPORTED_ARCHITECTURES: &[&str] = &["llama"];
+
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error(transparent)]
+    Gguf(#[from] GgufError),
+    #[error("unsupported model architecture {0:?}: radixlm runs {SUPPORTED_ARCHITECTURES:?}")]
+    UnsupportedArchitecture(String),
+    #[error("model is missing tensor {0:?}")]
+    MissingTensor(String),
+    #[error("tensor {name:?} has shape {got:?}, expected {want:?}")]
+    TensorShape { name: String, got: Vec<u64>, want: Vec<u64> },
+    #[error("tensor {name:?} has type {ty}, which radixlm does not use for this role")]
+    TensorType { name: String, ty: &'static str },
+    #[error("invalid model configuration: {0}")]
+    BadConfig(String),
+}
+
+/// Hyper-parameters of a llama-architecture model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub n_layers: usize,
+    /// Model width (embedding length).
+    pub n_embd: usize,
+    /// Hidden width of the feed-forward block.
+    pub n_ff: usize,
+    pub n_heads: usize,
+    /// Key/value heads; `n_heads / n_kv_heads` query heads share each (grouped-query attention).
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    pub vocab_size: usize,
+    /// Context length the model was trained for.
+    pub n_ctx_train: usize,
+    pub rope_base: f32,
+    pub rms_eps: f32,
+    /// True when `output.weight` is absent and the token embedding doubles as the LM head.
+    pub tied_embeddings: bool,
+}
+
+impl Config {
+    pub fn from_gguf(f: &GgufFile) -> Result<Self, ModelError> {
+        let arch = f.require_str("general.architecture")?;
+        if !SUPPORTED_ARCHITECTURES.contains(&arch) {
+            return Err(ModelError::UnsupportedArchitecture(arch.into()));
+        }
+        let u = |k: &str| f.require_u64(&format!("{arch}.{k}")).map(|v| v as usize);
+        let n_embd = u("embedding_length")?;
+        let n_heads = u("attention.head_count")?;
+        let n_kv_heads = match f.get(&format!("{arch}.attention.head_count_kv")) {
+            Some(_) => u("attention.head_count_kv")?,
+            None => n_heads,
+        };
+        let vocab_size = match f.get(&format!("{arch}.vocab_size")) {
+            Some(_) => u("vocab_size")?,
+            None => f
+                .get("tokenizer.ggml.tokens")
+                .and_then(|v| v.as_array())
+                .map(|a| a.len())
+                .ok_or_else(|| ModelError::BadConfig("no vocab_size and no tokenizer.ggml.tokens".into()))?,
+        };
+        let rope_base = match f.get(&format!("{arch}.rope.freq_base")) {
+            Some(_) => f.require_f64(&format!("{arch}.rope.freq_base"))? as f32,
+            None => 10_000.0,
+        };
+        let cfg = Config {
+            n_layers: u("block_count")?,
+            n_embd,
+            n_ff: u("feed_forward_length")?,
+            n_heads,
+            n_kv_heads,
+            head_dim: if n_heads > 0 { n_embd / n_heads } else { 0 },
+            vocab_size,
+            n_ctx_train: u("context_length")?,
+            rope_base,
+            rms_eps: f.require_f64(&format!("{arch}.attention.layer_norm_rms_epsilon"))? as f32,
+            tied_embeddings: f.tensor_info("output.weight").is_none(),
+        };
+        cfg.validate()?;
+        if let Some(rd) = f.get(&format!("{arch}.rope.dimension_count")).and_then(|v| v.as_u64()) {
+            if rd as usize != cfg.head_dim {
+                return Err(ModelError::BadConfig(format!(
+                    "partial rotary embeddings (rope.dimension_count {rd} < head dim {}) are not supported",
+                    cfg.head_dim
+                )));
+            }
+        }
+        if let Some(s) = f.get(&format!("{arch}.rope.scaling.type")).and_then(|v| v.as_str()) {
+            if s != "none" {
+                return Err(ModelError::BadConfig(format!("RoPE scaling {s:?} is not supported")));
+            }
+        }
+        cfg.check_tensors(f)?;
+        Ok(cfg)
+    }
+
+    fn validate(&self) -> Result<(), ModelError> {
+        let bad = |m: String| Err(ModelError::BadConfig(m));
+        if self.n_layers == 0 || self.n_embd == 0 || self.n_heads == 0 || self.n_kv_heads == 0 {
+            return bad(format!("zero-sized dimension in {self:?}"));
+        }
+        if self.n_embd % self.n_heads != 0 {
+            return bad(format!("embedding length {} is not divisible by {} heads", self.n_embd, self.n_heads));
+        }
+        if self.n_heads % self.n_kv_heads != 0 {
+            return bad(format!("{} heads are not a multiple of {} KV heads", self.n_heads, self.n_kv_heads));
+        }
+        if self.head_dim % 2 != 0 || self.head_dim > 256 {
+            return bad(format!("head dimension {} must be even and at most 256", self.head_dim));
+        }
+        Ok(())
+    }
+
+    pub fn kv_dim(&self) -> usize {
+        self.n_kv_heads * self.head_dim
+    }
+
+    /// Every tensor a llama model needs, with its expected ggml shape (row length first).
+    pub fn expected_tensors(&self) -> Vec<(String, Vec<u64>)> {
+        let (c, f, kv, v) = (self.n_embd as u64, self.n_ff as u64, self.kv_dim() as u64, self.vocab_size as u64);
+        let mut t = vec![("token_embd.weight".to_string(), vec![c, v]), ("output_norm.weight".into(), vec![c])];
+        if !self.tied_embeddings {
+            t.push(("output.weight".into(), vec![c, v]));
+        }
+        for i in 0..self.n_layers {
+            let n = |s: &str| format!("blk.{i}.{s}.weight");
+            t.extend([
+                (n("attn_norm"), vec![c]),
+                (n("attn_q"), vec![c, c]),
+                (n("attn_k"), vec![c, kv]),
+                (n("attn_v"), vec![c, kv]),
+                (n("attn_output"), vec![c, c]),
+                (n("ffn_norm"), vec![c]),
+                (n("ffn_gate"), vec![c, f]),
+                (n("ffn_up"), vec![c, f]),
+                (n("ffn_down"), vec![f, c]),
+            ]);
+        }
+        t
+    }
+
+    fn check_tensors(&self, f: &GgufFile) -> Result<(), ModelError> {
+        for (name, want) in self.expected_tensors() {
+            let info = f.tensor_info(&name).ok_or_else(|| ModelError::MissingTensor(name.clone()))?;
+            if info.dims != want {
+                return Err(ModelError::TensorShape { name, got: info.dims.clone(), want });
+            }
+            // Norm weights are applied elementwise in f32 kernels.
+            if want.len() == 1 && info.ty != GgmlType::F32 {
+                return Err(ModelError::TensorType { name, ty: info.ty.name() });
+            }
+        }
+        Ok(())
+    }
+}

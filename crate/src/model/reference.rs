@@ -1,0 +1,193 @@
+//! The CPU reference forward pass: plain f32 Rust, written to be read, the oracle for every
+//! GPU kernel and for the GPU engine. It mirrors llama.cpp's llama graph step by step.
+
+use super::config::{Config, ModelError};
+use crate::gguf::GgufFile;
+
+/// RMS normalisation of each row of `x` (T, C), scaled by `w` (C).
+pub fn rmsnorm(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
+    let c = w.len();
+    let mut out = vec![0f32; x.len()];
+    for (o, row) in out.chunks_exact_mut(c).zip(x.chunks_exact(c)) {
+        let ms = row.iter().map(|v| v * v).sum::<f32>() / c as f32;
+        let scale = 1.0 / (ms + eps).sqrt();
+        for j in 0..c {
+            o[j] = row[j] * scale * w[j];
+        }
+    }
+    out
+}
+
+/// `y = x · wᵀ`: x (T, K), w (N, K) row-major as GGUF stores it, y (T, N).
+pub fn matmul(x: &[f32], w: &[f32], k: usize, n: usize) -> Vec<f32> {
+    let t = x.len() / k;
+    let mut y = vec![0f32; t * n];
+    for i in 0..t {
+        let xi = &x[i * k..(i + 1) * k];
+        for j in 0..n {
+            let wj = &w[j * k..(j + 1) * k];
+            y[i * n + j] = xi.iter().zip(wj).map(|(a, b)| a * b).sum();
+        }
+    }
+    y
+}
+
+/// Rotary position embedding, in place, on x (T, H, D) for positions `start_pos + t`.
+/// llama.cpp's "normal" mode for llama: adjacent pairs (x[2i], x[2i+1]) rotate by
+/// `pos · base^(-2i/D)` (the GGUF converter permutes Q and K weights to match).
+pub fn rope(x: &mut [f32], n_heads: usize, head_dim: usize, start_pos: usize, base: f32) {
+    for (t, tok) in x.chunks_exact_mut(n_heads * head_dim).enumerate() {
+        let pos = (start_pos + t) as f32;
+        for head in tok.chunks_exact_mut(head_dim) {
+            for i in 0..head_dim / 2 {
+                let theta = pos * base.powf(-2.0 * i as f32 / head_dim as f32);
+                let (s, c) = theta.sin_cos();
+                let (a, b) = (head[2 * i], head[2 * i + 1]);
+                head[2 * i] = a * c - b * s;
+                head[2 * i + 1] = a * s + b * c;
+            }
+        }
+    }
+}
+
+/// Causal grouped-query attention. q (T, H, D) holds queries at positions `start_pos + t`;
+/// k and v (L, Hkv, D) hold every cached position 0..L with L >= start_pos + T. Query t attends
+/// to positions 0..=start_pos+t. Returns (T, H, D).
+pub fn attention(q: &[f32], k: &[f32], v: &[f32], n_heads: usize, n_kv_heads: usize, head_dim: usize, start_pos: usize) -> Vec<f32> {
+    let (h, hkv, d) = (n_heads, n_kv_heads, head_dim);
+    let t_count = q.len() / (h * d);
+    let group = h / hkv;
+    let scale = 1.0 / (d as f32).sqrt();
+    let mut out = vec![0f32; q.len()];
+    for t in 0..t_count {
+        let n_keys = start_pos + t + 1;
+        for hi in 0..h {
+            let kh = hi / group;
+            let qv = &q[(t * h + hi) * d..][..d];
+            let mut scores: Vec<f32> = (0..n_keys)
+                .map(|p| qv.iter().zip(&k[(p * hkv + kh) * d..][..d]).map(|(a, b)| a * b).sum::<f32>() * scale)
+                .collect();
+            let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let mut sum = 0.0;
+            for s in &mut scores {
+                *s = (*s - max).exp();
+                sum += *s;
+            }
+            let o = &mut out[(t * h + hi) * d..][..d];
+            for (p, s) in scores.iter().enumerate() {
+                let vv = &v[(p * hkv + kh) * d..][..d];
+                for j in 0..d {
+                    o[j] += s / sum * vv[j];
+                }
+            }
+        }
+    }
+    out
+}
+
+/// SwiGLU: silu(gate) * up, elementwise.
+pub fn silu_mul(gate: &[f32], up: &[f32]) -> Vec<f32> {
+    gate.iter().zip(up).map(|(g, u)| g / (1.0 + (-g).exp()) * u).collect()
+}
+
+struct Layer {
+    attn_norm: Vec<f32>, // (C)
+    wq: Vec<f32>,        // (C, C)
+    wk: Vec<f32>,        // (Hkv·D, C)
+    wv: Vec<f32>,        // (Hkv·D, C)
+    wo: Vec<f32>,        // (C, C)
+    ffn_norm: Vec<f32>,  // (C)
+    w_gate: Vec<f32>,    // (F, C)
+    w_up: Vec<f32>,      // (F, C)
+    w_down: Vec<f32>,    // (C, F)
+}
+
+/// All weights dequantized to f32.
+pub struct ReferenceModel {
+    pub cfg: Config,
+    token_embd: Vec<f32>, // (V, C)
+    output_norm: Vec<f32>, // (C)
+    output: Option<Vec<f32>>, // (V, C); None when tied to token_embd
+    layers: Vec<Layer>,
+}
+
+/// The reference's KV cache: every position's rotated keys and values, per layer.
+#[derive(Default, Clone)]
+pub struct ReferenceCache {
+    k: Vec<Vec<f32>>, // per layer (L, Hkv·D)
+    v: Vec<Vec<f32>>, // per layer (L, Hkv·D)
+}
+
+impl ReferenceCache {
+    pub fn len(&self, kv_dim: usize) -> usize {
+        self.k.first().map_or(0, |k| k.len() / kv_dim)
+    }
+}
+
+impl ReferenceModel {
+    pub fn load(f: &GgufFile) -> Result<Self, ModelError> {
+        let cfg = Config::from_gguf(f)?;
+        let t = |name: &str| -> Result<Vec<f32>, ModelError> {
+            Ok(f.tensor(name).ok_or_else(|| ModelError::MissingTensor(name.into()))?.to_f32())
+        };
+        let layers = (0..cfg.n_layers)
+            .map(|i| {
+                let n = |s: &str| format!("blk.{i}.{s}.weight");
+                Ok(Layer {
+                    attn_norm: t(&n("attn_norm"))?,
+                    wq: t(&n("attn_q"))?,
+                    wk: t(&n("attn_k"))?,
+                    wv: t(&n("attn_v"))?,
+                    wo: t(&n("attn_output"))?,
+                    ffn_norm: t(&n("ffn_norm"))?,
+                    w_gate: t(&n("ffn_gate"))?,
+                    w_up: t(&n("ffn_up"))?,
+                    w_down: t(&n("ffn_down"))?,
+                })
+            })
+            .collect::<Result<_, ModelError>>()?;
+        Ok(Self {
+            token_embd: t("token_embd.weight")?,
+            output_norm: t("output_norm.weight")?,
+            output: if cfg.tied_embeddings { None } else { Some(t("output.weight")?) },
+            layers,
+            cfg,
+        })
+    }
+
+    /// Runs `tokens` at positions `cache.len()..`, appending to `cache`, and returns the logits
+    /// of every token (T, V).
+    pub fn forward(&self, tokens: &[u32], cache: &mut ReferenceCache) -> Vec<f32> {
+        let cfg = &self.cfg;
+        let (c, d, kvd) = (cfg.n_embd, cfg.head_dim, cfg.kv_dim());
+        if cache.k.is_empty() {
+            cache.k = vec![Vec::new(); cfg.n_layers];
+            cache.v = vec![Vec::new(); cfg.n_layers];
+        }
+        let start_pos = cache.len(kvd);
+        // Embedding lookup.
+        let mut x: Vec<f32> = tokens.iter().flat_map(|&t| self.token_embd[t as usize * c..][..c].to_vec()).collect();
+        for (l, w) in self.layers.iter().enumerate() {
+            // Attention block: x += Wo · attn(rope(Wq·n), rope(Wk·n), Wv·n), n = rmsnorm(x).
+            let h = rmsnorm(&x, &w.attn_norm, cfg.rms_eps);
+            let mut q = matmul(&h, &w.wq, c, c);
+            let mut k = matmul(&h, &w.wk, c, kvd);
+            let v = matmul(&h, &w.wv, c, kvd);
+            rope(&mut q, cfg.n_heads, d, start_pos, cfg.rope_base);
+            rope(&mut k, cfg.n_kv_heads, d, start_pos, cfg.rope_base);
+            cache.k[l].extend_from_slice(&k);
+            cache.v[l].extend_from_slice(&v);
+            let a = attention(&q, &cache.k[l], &cache.v[l], cfg.n_heads, cfg.n_kv_heads, d, start_pos);
+            let o = matmul(&a, &w.wo, c, c);
+            x.iter_mut().zip(&o).for_each(|(x, o)| *x += o);
+            // Feed-forward block: x += Wdown · (silu(Wgate·n) * Wup·n), n = rmsnorm(x).
+            let h = rmsnorm(&x, &w.ffn_norm, cfg.rms_eps);
+            let g = matmul(&h, &w.w_gate, c, cfg.n_ff);
+            let u = matmul(&h, &w.w_up, c, cfg.n_ff);
+            let f = matmul(&silu_mul(&g, &u), &w.w_down, cfg.n_ff, c);
+            x.iter_mut().zip(&f).for_each(|(x, f)| *x += f);
+        }
+        let h = rmsnorm(&x, &self.output_norm, cfg.rms_eps);
+        matmul(&h, self.output.as_ref().unwrap_or(&self.token_embd), c, cfg.vocab_size)
+    }
+}

@@ -1,0 +1,128 @@
+//! Synthetic llama models with seeded random weights, written as GGUF: small ones for fast
+//! tests, full-size shapes for benchmarks on machines the real weights cannot travel to.
+
+use crate::gguf::{GgmlType, GgufWriter, MetaValue};
+
+/// Shape and storage of a synthetic llama model.
+#[derive(Debug, Clone)]
+pub struct SyntheticSpec {
+    pub n_layers: usize,
+    pub n_embd: usize,
+    pub n_ff: usize,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub vocab_size: usize,
+    pub n_ctx: usize,
+    /// Type of the projection matrices; norms stay F32, the embedding is Q8_0 like SmolLM2's.
+    pub weight_type: GgmlType,
+    pub tied_embeddings: bool,
+    pub seed: u64,
+}
+
+impl SyntheticSpec {
+    /// A tiny model (a few MB) with odd head counts, GQA and tied embeddings.
+    pub fn tiny() -> Self {
+        Self {
+            n_layers: 2,
+            n_embd: 192,
+            n_ff: 320,
+            n_heads: 6,
+            n_kv_heads: 2,
+            vocab_size: 512,
+            n_ctx: 1024,
+            weight_type: GgmlType::Q4_1,
+            tied_embeddings: true,
+            seed: 7,
+        }
+    }
+
+    /// The shapes of SmolLM2-135M (30 layers, 576 wide, 9 heads over 3 KV heads).
+    pub fn smollm2_135m_shape() -> Self {
+        Self {
+            n_layers: 30,
+            n_embd: 576,
+            n_ff: 1536,
+            n_heads: 9,
+            n_kv_heads: 3,
+            vocab_size: 49152,
+            n_ctx: 8192,
+            weight_type: GgmlType::Q4_1,
+            tied_embeddings: true,
+            seed: 1,
+        }
+    }
+
+    pub fn to_gguf(&self) -> Vec<u8> {
+        let mut rng = SplitMix64(self.seed);
+        let mut w = GgufWriter::new();
+        let u32m = |v: usize| MetaValue::U32(v as u32);
+        w.meta("general.architecture", MetaValue::String("llama".into()))
+            .meta("general.name", MetaValue::String(format!("synthetic-llama-seed{}", self.seed)))
+            .meta("llama.block_count", u32m(self.n_layers))
+            .meta("llama.context_length", u32m(self.n_ctx))
+            .meta("llama.embedding_length", u32m(self.n_embd))
+            .meta("llama.feed_forward_length", u32m(self.n_ff))
+            .meta("llama.attention.head_count", u32m(self.n_heads))
+            .meta("llama.attention.head_count_kv", u32m(self.n_kv_heads))
+            .meta("llama.rope.freq_base", MetaValue::F32(10_000.0))
+            .meta("llama.attention.layer_norm_rms_epsilon", MetaValue::F32(1e-5))
+            .meta("llama.vocab_size", u32m(self.vocab_size));
+        let (c, f, v) = (self.n_embd as u64, self.n_ff as u64, self.vocab_size as u64);
+        let kv = (self.n_kv_heads * (self.n_embd / self.n_heads)) as u64;
+        // Scales chosen so activations stay O(1) through the layers.
+        let mat = |w: &mut GgufWriter, rng: &mut SplitMix64, name: &str, cols: u64, rows: u64, ty: GgmlType, std: f32| {
+            let vals: Vec<f32> = (0..cols * rows).map(|_| rng.normal() * std).collect();
+            w.tensor(name, &[cols, rows], ty, &vals);
+        };
+        mat(&mut w, &mut rng, "token_embd.weight", c, v, GgmlType::Q8_0, 1.0);
+        let norm = |w: &mut GgufWriter, name: &str, rng: &mut SplitMix64| {
+            let vals: Vec<f32> = (0..c).map(|_| 1.0 + 0.1 * rng.normal()).collect();
+            w.tensor(name, &[c], GgmlType::F32, &vals);
+        };
+        let s_c = 1.0 / (c as f32).sqrt();
+        let s_f = 1.0 / (f as f32).sqrt();
+        for i in 0..self.n_layers {
+            let n = |s: &str| format!("blk.{i}.{s}.weight");
+            norm(&mut w, &n("attn_norm"), &mut rng);
+            let ty = self.weight_type;
+            mat(&mut w, &mut rng, &n("attn_q"), c, c, ty, s_c);
+            mat(&mut w, &mut rng, &n("attn_k"), c, kv, ty, s_c);
+            mat(&mut w, &mut rng, &n("attn_v"), c, kv, ty, s_c);
+            mat(&mut w, &mut rng, &n("attn_output"), c, c, ty, s_c);
+            norm(&mut w, &n("ffn_norm"), &mut rng);
+            mat(&mut w, &mut rng, &n("ffn_gate"), c, f, ty, s_c);
+            mat(&mut w, &mut rng, &n("ffn_up"), c, f, ty, s_c);
+            mat(&mut w, &mut rng, &n("ffn_down"), f, c, ty, s_f);
+        }
+        norm(&mut w, "output_norm.weight", &mut rng);
+        if !self.tied_embeddings {
+            mat(&mut w, &mut rng, "output.weight", c, v, self.weight_type, s_c);
+        }
+        w.to_bytes()
+    }
+}
+
+/// A small seeded generator (SplitMix64): deterministic across platforms, no dependencies.
+pub struct SplitMix64(pub u64);
+
+impl SplitMix64 {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [0, 1).
+    pub fn uniform(&mut self) -> f32 {
+        (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32
+    }
+
+    /// Standard normal (Box–Muller).
+    pub fn normal(&mut self) -> f32 {
+        let u1 = self.uniform().max(1e-7);
+        let u2 = self.uniform();
+        (-2.0 * u1.ln()).sqrt() * (2.0 * std::f32::consts::PI * u2).cos()
+    }
+}
