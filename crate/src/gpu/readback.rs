@@ -1,0 +1,43 @@
+//! Copies results back to the CPU. The functions await `map_async` through a channel and never
+//! poll the device themselves: in the browser the event loop drives mapping, natively
+//! `executor::block_on` does.
+
+use super::{Gpu, GpuError};
+
+/// `count` f32 values of `buf` starting at element `offset_elems`.
+pub async fn read_f32(gpu: &Gpu, buf: &wgpu::Buffer, offset_elems: u64, count: u64) -> Result<Vec<f32>, GpuError> {
+    Ok(bytemuck::cast_slice(&read_bytes(gpu, buf, offset_elems * 4, count * 4).await?).to_vec())
+}
+
+/// `count` u32 values of `buf` starting at element `offset_elems`.
+pub async fn read_u32(gpu: &Gpu, buf: &wgpu::Buffer, offset_elems: u64, count: u64) -> Result<Vec<u32>, GpuError> {
+    Ok(bytemuck::cast_slice(&read_bytes(gpu, buf, offset_elems * 4, count * 4).await?).to_vec())
+}
+
+async fn read_bytes(gpu: &Gpu, buf: &wgpu::Buffer, offset: u64, len: u64) -> Result<Vec<u8>, GpuError> {
+    if offset.checked_add(len).is_none_or(|end| end > buf.size()) {
+        return Err(GpuError::ReadbackRange { label: format!("{buf:?}"), offset, count: len / 4, size: buf.size() });
+    }
+    if len == 0 {
+        return Ok(Vec::new());
+    }
+    let staging = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("readback"),
+        size: len,
+        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    });
+    let mut enc = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("readback") });
+    enc.copy_buffer_to_buffer(buf, offset, &staging, 0, len);
+    gpu.queue.submit([enc.finish()]);
+    let (tx, rx) = futures_channel::oneshot::channel();
+    staging.map_async(wgpu::MapMode::Read, .., move |r| {
+        let _ = tx.send(r);
+    });
+    rx.await
+        .map_err(|_| GpuError::Readback("device dropped the map callback".into()))?
+        .map_err(|e| GpuError::Readback(e.to_string()))?;
+    let bytes = staging.get_mapped_range(..).map_err(|e| GpuError::Readback(e.to_string()))?.to_vec();
+    staging.unmap();
+    Ok(bytes)
+}
