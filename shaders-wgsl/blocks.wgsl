@@ -96,3 +96,11 @@ fn weight1(row: u32, k: u32) -> f32 {
         }
     }
 }
+
+// The rows of a weight held by one buffer (gpu/weights.rs `WeightPart`).
+struct Part {
+    first_row: u32, // first weight row held by this part
+    rows: u32,      // rows held by this part
+    _pad0: u32,
+    _pad1: u32,
+}

@@ -8,13 +8,6 @@ override K: u32;                   // row length of w = columns of x
 override N: u32;                   // rows of the whole weight = columns of y
 override ACCUMULATE: bool = false; // y += x · wᵀ (residual adds) instead of y = x · wᵀ
 
-struct Part {
-    first_row: u32, // first weight row (= y column) held by this part
-    rows: u32,      // rows held by this part
-    _pad0: u32,
-    _pad1: u32,
-}
-
 @group(0) @binding(0) var<uniform> params: StepParams;
 @group(0) @binding(1) var<uniform> part: Part;
 @group(0) @binding(2) var<storage, read> x: array<f32>;       // (T, K)

@@ -133,3 +133,226 @@ fn matmul_prefill_speed_smollm_ffn() {
     eprintln!("matmul Q4_1 {t}x{k}x{n}: {:?} on {}", start.elapsed(), gpu.info.name);
     assert_close("matmul 512x576x1536", &got, &reference::matmul(&x, &w, k, n), 1e-4);
 }
+
+/// Elementwise: |got - want| <= rel · |want| + abs at every index.
+fn assert_elementwise(what: &str, got: &[f32], want: &[f32], rel: f32, abs: f32) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!((g - w).abs() <= rel * w.abs() + abs, "{what}: index {i}: got {g} want {w}");
+    }
+}
+
+#[test]
+fn every_wgsl_file_validates() {
+    use wgpu::naga;
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../shaders-wgsl");
+    let shared = ["common.wgsl", "blocks.wgsl"];
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let name = entry.unwrap().file_name().into_string().unwrap();
+        assert!(shared.contains(&name.as_str()) || KERNELS.iter().any(|(f, _)| *f == name), "{name} has no dispatcher in gpu::ops::KERNELS");
+    }
+    for (file, kernel) in KERNELS {
+        let module = naga::front::wgsl::parse_str(kernel.source).unwrap_or_else(|e| panic!("{file}: {}", e.emit_to_string(kernel.source)));
+        naga::valid::Validator::new(naga::valid::ValidationFlags::all(), // pack2x16float/unpack2x16float are core WGSL; naga lists them as a capability.
+            naga::valid::Capabilities::SHADER_FLOAT16_IN_FLOAT32)
+            .validate(&module)
+            .unwrap_or_else(|e| panic!("{file}: {}", e.emit_to_string(kernel.source)));
+    }
+}
+
+#[test]
+fn embed_every_type_with_split_table() {
+    let mut rng = SplitMix64(3);
+    let gpu = gpu(LimitsPolicy::Adapter);
+    let v = 37;
+    for ty in TYPES {
+        let c = if ty.block_len() == 1 { 257 } else { 96 };
+        let (data, table) = random_weight(&mut rng, ty, c, v);
+        let row = ty.row_bytes(c).unwrap() as u64;
+        let gw = GpuWeight::upload_with_max_part_bytes(gpu, "token_embd", ty, c, v, &data, 8 * row).unwrap();
+        assert_eq!(gw.parts.len(), 5);
+        let op = Embed::new(gpu, ty, c);
+        for t in [1usize, 7, 33] {
+            let ids: Vec<u32> = (0..t).map(|_| (rng.next_u64() % v as u64) as u32).collect();
+            let want: Vec<f32> = ids.iter().flat_map(|&id| table[id as usize * c..][..c].to_vec()).collect();
+            let step = gpu.uniform("step", &StepParams::new(t as u32, 0));
+            let idb = gpu.upload("ids", bytemuck::cast_slice(&ids));
+            let out = gpu.storage("out", (t * c * 4) as u64);
+            let b = op.bind(gpu, &step, &idb, &gw, &out);
+            run(gpu, |p| op.encode(p, &b, t as u32));
+            // The same dequantization arithmetic as the CPU: exact up to f32 rounding.
+            assert_elementwise(&format!("embed {} T={t}", ty.name()), &read(gpu, &out, t * c), &want, 1e-6, 1e-6);
+        }
+    }
+}
+
+#[test]
+fn rmsnorm_rows_and_last_row() {
+    let mut rng = SplitMix64(4);
+    for policy in [LimitsPolicy::Adapter, LimitsPolicy::WebGpuDefault] {
+        let gpu = gpu(policy);
+        for c in [64usize, 257, 576] {
+            let w = randn(&mut rng, c);
+            let wb = gpu.upload("w", f32_bytes(&w));
+            for t in [1usize, 7, 33] {
+                let x = randn(&mut rng, t * c);
+                let want = reference::rmsnorm(&x, &w, 1e-5);
+                let step = gpu.uniform("step", &StepParams::new(t as u32, 0));
+                let xb = gpu.upload("x", f32_bytes(&x));
+                let out = gpu.storage("out", (t * c * 4) as u64);
+                for last in [false, true] {
+                    let op = RmsNorm::new(gpu, c, 1e-5, last);
+                    let b = op.bind(gpu, &step, &xb, &wb, &out);
+                    run(gpu, |p| op.encode(p, &b, t as u32));
+                    let (got, want) = if last { (read(gpu, &out, c), &want[(t - 1) * c..]) } else { (read(gpu, &out, t * c), &want[..]) };
+                    // A tree sum instead of a sequential one: a few f32 ulps on the scale.
+                    assert_elementwise(&format!("rmsnorm C={c} T={t} last={last}"), &got, want, 1e-5, 1e-6);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn rope_positions() {
+    let mut rng = SplitMix64(5);
+    let gpu = gpu(LimitsPolicy::Adapter);
+    let (h, d, base) = (3, 64, 10000.0);
+    let op = Rope::new(gpu, h, d, base);
+    for (t, start) in [(1usize, 0usize), (7, 17), (33, 5), (1, 1500)] {
+        let x = randn(&mut rng, t * h * d);
+        let mut want = x.clone();
+        reference::rope(&mut want, h, d, start, base);
+        let step = gpu.uniform("step", &StepParams::new(t as u32, start as u32));
+        let xb = gpu.upload("x", f32_bytes(&x));
+        let b = op.bind(gpu, &step, &xb);
+        run(gpu, |p| op.encode(p, &b, t as u32));
+        // The angle pos·base^(-2i/D) carries pow's few-ulp error times pos; at pos 1500 an
+        // ulp-level difference of the angle is ~1e-4 rad, so the bound grows with position.
+        let tol = if start + t > 100 { 1e-3 } else { 1e-4 };
+        assert_close(&format!("rope T={t} start={start}"), &read(gpu, &xb, t * h * d), &want, tol);
+    }
+}
+
+#[test]
+fn silu_mul_elementwise() {
+    let mut rng = SplitMix64(6);
+    let gpu = gpu(LimitsPolicy::WebGpuDefault);
+    let f = 257;
+    let op = SiluMul::new(gpu, f);
+    for t in [1usize, 7, 33] {
+        let (g, u) = (randn(&mut rng, t * f), randn(&mut rng, t * f));
+        let step = gpu.uniform("step", &StepParams::new(t as u32, 0));
+        let (gb, ub, out) = (gpu.upload("g", f32_bytes(&g)), gpu.upload("u", f32_bytes(&u)), gpu.storage("out", (t * f * 4) as u64));
+        let b = op.bind(gpu, &step, &gb, &ub, &out);
+        run(gpu, |p| op.encode(p, &b, t as u32));
+        assert_elementwise(&format!("silu_mul T={t}"), &read(gpu, &out, t * f), &reference::silu_mul(&g, &u), 1e-5, 1e-6);
+    }
+}
+
+#[test]
+fn argmax_first_of_largest() {
+    let mut rng = SplitMix64(7);
+    let gpu = gpu(LimitsPolicy::Adapter);
+    let v = 49152 + 7;
+    let mut logits = randn(&mut rng, v);
+    logits[40000] = 9.0;
+    logits[40001] = 9.0;
+    let op = Argmax::new(gpu, v);
+    let lb = gpu.upload("logits", f32_bytes(&logits));
+    let out = gpu.storage("out", 4);
+    let b = op.bind(gpu, &lb, &out);
+    run(gpu, |p| op.encode(p, &b));
+    assert_eq!(block_on(gpu, radixlm::gpu::readback::read_u32(gpu, &out, 0, 1)).unwrap(), vec![40000]);
+}
+
+fn f16_round(v: &[f32]) -> Vec<f32> {
+    v.iter().map(|&x| half::f16::from_f32(x).to_f32()).collect()
+}
+
+/// Writes positions 0..start through one KvStore step and start..start+t through a second,
+/// into a shuffled page table, then runs attention for the last t queries.
+fn check_kv_and_attention(gpu: &Gpu, rng: &mut SplitMix64, h: usize, hkv: usize, d: usize, page: usize, start: usize, t: usize) {
+    let len = start + t;
+    let n_pages = len.div_ceil(page);
+    let pool = 2 * n_pages + 1;
+    let mut ids: Vec<u32> = (0..pool as u32).collect();
+    for i in (1..ids.len()).rev() {
+        ids.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
+    }
+    let page_table = &ids[..n_pages];
+    let kvd = hkv * d;
+    let (k, v, q) = (randn(rng, len * kvd), randn(rng, len * kvd), randn(rng, t * h * d));
+    let cache_words = (pool * page * kvd / 2) as u64;
+    let (kc, vc) = (gpu.storage("k_cache", cache_words * 4), gpu.storage("v_cache", cache_words * 4));
+    let ptb = gpu.upload("page_table", bytemuck::cast_slice(page_table));
+    let store = KvStore::new(gpu, hkv, d, page);
+    for (first, count) in [(0, start), (start, t)] {
+        if count == 0 {
+            continue;
+        }
+        let step = gpu.uniform("step", &StepParams::new(count as u32, first as u32));
+        let kb = gpu.upload("k", f32_bytes(&k[first * kvd..][..count * kvd]));
+        let vb = gpu.upload("v", f32_bytes(&v[first * kvd..][..count * kvd]));
+        let b = store.bind(gpu, &step, &kb, &vb, &ptb, &kc, &vc);
+        run(gpu, |p| store.encode(p, &b, count as u32));
+    }
+    let (k16, v16) = (f16_round(&k), f16_round(&v));
+    // The cache holds exactly the f16-rounded values, at the slots the page table names.
+    let words = block_on(gpu, radixlm::gpu::readback::read_u32(gpu, &kc, 0, cache_words)).unwrap();
+    for p in 0..len {
+        let base = (page_table[p / page] as usize * page + p % page) * kvd / 2;
+        for i in 0..kvd / 2 {
+            let [a, b] = [words[base + i] as u16, (words[base + i] >> 16) as u16].map(|x| half::f16::from_bits(x).to_f32());
+            let want = (k16[p * kvd + 2 * i], k16[p * kvd + 2 * i + 1]);
+            assert!((a, b) == want, "kv_store pos {p} pair {i}: got {:?} want {want:?}", (a, b));
+        }
+    }
+    let op = AttentionPaged::new(gpu, h, hkv, d, page);
+    let step = gpu.uniform("step", &StepParams::new(t as u32, start as u32));
+    let qb = gpu.upload("q", f32_bytes(&q));
+    let out = gpu.storage("out", (t * h * d * 4) as u64);
+    let b = op.bind(gpu, &step, &qb, &ptb, &kc, &vc, &out);
+    run(gpu, |p| op.encode(p, &b, t as u32));
+    // The reference is fed the same f16-rounded K/V, so only summation order differs.
+    let want = reference::attention(&q, &k16, &v16, h, hkv, d, start);
+    assert_close(&format!("attention H={h} Hkv={hkv} D={d} page={page} start={start} T={t}"), &read(gpu, &out, t * h * d), &want, 1e-4);
+}
+
+#[test]
+fn kv_store_and_paged_attention() {
+    let mut rng = SplitMix64(8);
+    for policy in [LimitsPolicy::Adapter, LimitsPolicy::WebGpuDefault] {
+        let gpu = gpu(policy);
+        for (start, t) in [(0, 1), (0, 33), (15, 1), (17, 7), (16 * 3 - 1, 33), (16 * 4 + 1, 2)] {
+            check_kv_and_attention(gpu, &mut rng, 6, 2, 64, 16, start, t);
+        }
+    }
+    let gpu = gpu(LimitsPolicy::Adapter);
+    // Decode against a long context, a large head dimension, odd page sizes, MHA.
+    check_kv_and_attention(gpu, &mut rng, 9, 3, 64, 16, 1500, 1);
+    check_kv_and_attention(gpu, &mut rng, 4, 1, 256, 16, 40, 7);
+    check_kv_and_attention(gpu, &mut rng, 3, 3, 32, 7, 20, 5);
+}
+
+#[test]
+fn matmul_wide_output_decode() {
+    // An LM-head-like 70001-column output over 4 parts.
+    let gpu = gpu(LimitsPolicy::Adapter);
+    let mut rng = SplitMix64(9);
+    check_matmul(gpu, &mut rng, GgmlType::Q8_0, 1, 64, 70001, Some(20000 * 68), false);
+}
+
+#[test]
+fn weight_upload_rejects_bad_shapes() {
+    let gpu = gpu(LimitsPolicy::Adapter);
+    let e = GpuWeight::upload(gpu, "blk.0.attn_q.weight", GgmlType::Q4_0, 64, 2, &[0; 35]).err().unwrap().to_string();
+    assert!(e.contains("blk.0.attn_q.weight") && e.contains("35 bytes"), "{e}");
+    let e = GpuWeight::upload(gpu, "w", GgmlType::Q4_0, 40, 2, &[0; 36]).err().unwrap().to_string();
+    assert!(e.contains("row length 40"), "{e}");
+    let e = GpuWeight::upload_with_max_part_bytes(gpu, "w", GgmlType::F32, 64, 2, &[0; 512], 100).err().unwrap().to_string();
+    assert!(e.contains("exceeds"), "{e}");
+    let buf = gpu.storage("small", 16);
+    let e = block_on(gpu, read_f32(gpu, &buf, 2, 3)).err().unwrap().to_string();
+    assert!(e.contains("exceeds"), "{e}");
+}

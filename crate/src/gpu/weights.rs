@@ -41,8 +41,11 @@ impl GpuWeight {
         if data.len() != expected {
             return Err(err(format!("{} bytes given, {n} rows of {k} {} need {expected}", data.len(), ty.name())));
         }
-        // Parts are padded to 4 bytes, so leave room for the padding under the cap.
-        let rows_per_part = (max_part_bytes.saturating_sub(3) / row_bytes as u64) as usize;
+        // Parts are padded to 4 bytes; the padding must fit under the cap too.
+        let mut rows_per_part = (max_part_bytes / row_bytes as u64).min(n as u64) as usize;
+        if ((rows_per_part * row_bytes).next_multiple_of(4)) as u64 > max_part_bytes {
+            rows_per_part -= 1;
+        }
         if rows_per_part == 0 {
             return Err(err(format!("one row ({row_bytes} bytes) exceeds the {max_part_bytes}-byte storage binding limit")));
         }

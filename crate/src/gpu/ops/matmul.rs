@@ -3,7 +3,7 @@
 use super::wgsl;
 use crate::gguf::GgmlType;
 use crate::gpu::pipelines::{dispatch_linear, Kernel, OpKind, PipelineKey, Slot};
-use crate::gpu::{Gpu, GpuWeight};
+use crate::gpu::{Gpu, GpuWeight, WeightPart};
 
 pub const KERNEL: Kernel = Kernel {
     op: OpKind::Matmul,
@@ -30,12 +30,18 @@ pub struct MatmulBinding {
     parts: Vec<(wgpu::BindGroup, u32)>,
 }
 
+/// blocks.wgsl `Part`: the rows of the weight one buffer holds.
 #[repr(C)]
 #[derive(bytemuck::Pod, bytemuck::Zeroable, Clone, Copy)]
 struct PartParams {
     first_row: u32,
     rows: u32,
     _pad: [u32; 2],
+}
+
+/// The uniform describing `part` to the kernels that read weights.
+pub(super) fn part_params(gpu: &Gpu, part: &WeightPart) -> wgpu::Buffer {
+    gpu.uniform("weight part", &PartParams { first_row: part.first_row as u32, rows: part.rows as u32, _pad: [0; 2] })
 }
 
 impl Matmul {
@@ -58,7 +64,7 @@ impl Matmul {
             .parts
             .iter()
             .map(|p| {
-                let params = gpu.uniform("matmul part", &PartParams { first_row: p.first_row as u32, rows: p.rows as u32, _pad: [0; 2] });
+                let params = part_params(gpu, p);
                 (gpu.bind_group("matmul", KERNEL.slots, &[step, &params, x, &p.buffer, y]), p.rows as u32)
             })
             .collect();

@@ -3,9 +3,23 @@
 //! into a compute pass per step (`encode`, workgroup counts from `n_tokens`; the kernels also
 //! bound-check against the step's `n_tokens`).
 
+pub mod argmax;
+pub mod attention_paged;
+pub mod embed;
+pub mod kv_store;
 pub mod matmul;
+pub mod rmsnorm;
+pub mod rope;
+pub mod silu_mul;
 
+pub use argmax::{Argmax, ArgmaxBinding};
+pub use attention_paged::{AttentionPaged, AttentionPagedBinding};
+pub use embed::{Embed, EmbedBinding};
+pub use kv_store::{KvStore, KvStoreBinding};
 pub use matmul::{Matmul, MatmulBinding};
+pub use rmsnorm::{RmsNorm, RmsNormBinding};
+pub use rope::{Rope, RopeBinding};
+pub use silu_mul::{SiluMul, SiluMulBinding};
 
 use super::pipelines::Kernel;
 
@@ -26,5 +40,12 @@ pub(crate) use wgsl;
 
 /// Every kernel with its file name, for validation.
 pub const KERNELS: &[(&str, &Kernel)] = &[
+    ("argmax.wgsl", &argmax::KERNEL),
+    ("attention_paged.wgsl", &attention_paged::KERNEL),
+    ("embed.wgsl", &embed::KERNEL),
+    ("kv_store.wgsl", &kv_store::KERNEL),
     ("matmul.wgsl", &matmul::KERNEL),
+    ("rmsnorm.wgsl", &rmsnorm::KERNEL),
+    ("rope.wgsl", &rope::KERNEL),
+    ("silu_mul.wgsl", &silu_mul::KERNEL),
 ];
