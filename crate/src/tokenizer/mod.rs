@@ -1,1 +1,52 @@
+//! Text to token ids and back, and chat templates, all from GGUF metadata.
+//!
+//! `bpe` builds a `tokenizers`-crate byte-level BPE from `tokenizer.ggml.*` and decodes ids
+//! to bytes; `pretokenize` chooses the split regexes from `tokenizer.ggml.pre` the way
+//! llama.cpp does, so ids match llama.cpp's; `byte_level` is GPT-2's byte-to-character
+//! table; `stream` turns ids into text one at a time without splitting characters; `chat`
+//! renders `tokenizer.chat_template` with minijinja.
 
+mod bpe;
+mod byte_level;
+pub mod chat;
+mod pretokenize;
+mod stream;
+
+pub use bpe::Tokenizer;
+pub use chat::{ChatTemplate, Message};
+pub use pretokenize::SUPPORTED_PRE;
+pub use stream::StreamDecoder;
+
+/// Why a tokenizer or chat template could not be built or used. Each variant names the
+/// metadata key, token or template at fault.
+#[derive(Debug, Clone, thiserror::Error, PartialEq)]
+pub enum TokenizerError {
+    #[error("GGUF metadata {key:?} is missing or is not {expected}")]
+    Metadata { key: &'static str, expected: &'static str },
+    #[error("unsupported tokenizer.ggml.model {0:?}: radixlm supports only \"gpt2\" (byte-level BPE)")]
+    UnsupportedModel(String),
+    #[error("unsupported tokenizer.ggml.pre {0:?}: radixlm supports {SUPPORTED_PRE}")]
+    UnsupportedPre(String),
+    #[error("tokenizer.ggml.token_type has {types} entries for {tokens} tokens")]
+    TokenTypeCount { types: usize, tokens: usize },
+    #[error("duplicate token {text:?} in tokenizer.ggml.tokens: ids {first} and {second}")]
+    DuplicateToken { text: String, first: u32, second: u32 },
+    #[error("tokenizer.ggml.merges[{index}] = {merge:?} is not two tokens separated by a space")]
+    BadMerge { index: usize, merge: String },
+    #[error("{key} = {id} is outside the vocabulary of {vocab_size} tokens")]
+    SpecialIdOutOfRange { key: &'static str, id: u64, vocab_size: usize },
+    #[error("tokenizer.ggml.add_bos_token is true but tokenizer.ggml.bos_token_id is not set")]
+    MissingBos,
+    #[error("building the BPE tokenizer failed: {0}")]
+    Build(String),
+    #[error("encoding failed: {0}")]
+    Encode(String),
+    #[error("token id {id} is outside the vocabulary of {vocab_size} tokens")]
+    UnknownTokenId { id: u32, vocab_size: usize },
+    #[error("tokenizer.chat_template does not parse: {0}")]
+    TemplateSyntax(String),
+    #[error("chat template raised an exception: {0}")]
+    TemplateRaised(String),
+    #[error("chat template failed to render: {0}")]
+    TemplateRender(String),
+}

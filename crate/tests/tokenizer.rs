@@ -1,0 +1,271 @@
+//! The tokenizer and chat template of the real SmolLM2 file against llama.cpp's ids and
+//! Python jinja2's renderings (tests/fixtures/tokenizer_golden.json, written by
+//! scripts/make_tokenizer_goldens.py), plus error cases on small hand-built GGUF files.
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::Instant;
+
+use radixlm::gguf::{GgufFile, GgufWriter, MetaValue};
+use radixlm::tokenizer::{ChatTemplate, Message, StreamDecoder, Tokenizer, TokenizerError};
+use serde::Deserialize;
+
+const MODEL: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+
+#[derive(Deserialize)]
+struct Golden {
+    n_vocab: usize,
+    bos_id: u32,
+    eos_id: u32,
+    checksum_chunk: usize,
+    token_checksums: Vec<String>,
+    strings: Vec<GoldenString>,
+    chat: Vec<GoldenChat>,
+}
+
+#[derive(Deserialize)]
+struct GoldenString {
+    text: String,
+    ids: Vec<u32>,
+    detokenized: String,
+}
+
+#[derive(Deserialize)]
+struct GoldenChat {
+    messages: Vec<Message>,
+    add_generation_prompt: bool,
+    rendered: String,
+}
+
+fn golden() -> &'static Golden {
+    static GOLDEN: OnceLock<Golden> = OnceLock::new();
+    GOLDEN.get_or_init(|| {
+        let text = include_str!("fixtures/tokenizer_golden.json");
+        serde_json::from_str(text).expect("tokenizer_golden.json parses")
+    })
+}
+
+fn model_bytes() -> &'static [u8] {
+    static BYTES: OnceLock<Vec<u8>> = OnceLock::new();
+    BYTES.get_or_init(|| {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models").join(MODEL);
+        std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e} (fetch the model first)", path.display()))
+    })
+}
+
+fn model_file() -> GgufFile<'static> {
+    GgufFile::parse(model_bytes()).expect("model parses")
+}
+
+fn tokenizer() -> &'static Tokenizer {
+    static TOKENIZER: OnceLock<Tokenizer> = OnceLock::new();
+    TOKENIZER.get_or_init(|| Tokenizer::from_gguf(&model_file()).expect("tokenizer builds"))
+}
+
+#[test]
+fn builds_quickly_with_the_model_special_ids() {
+    let file = model_file();
+    let start = Instant::now();
+    let tok = Tokenizer::from_gguf(&file).unwrap();
+    eprintln!("tokenizer built in {:?}", start.elapsed());
+    let g = golden();
+    assert_eq!(tok.vocab_size(), g.n_vocab);
+    assert_eq!(tok.bos_id(), Some(g.bos_id));
+    assert_eq!(tok.eos_id(), g.eos_id);
+    assert!(!tok.adds_bos(), "SmolLM2 has tokenizer.ggml.add_bos_token = false");
+    // EOS is <|im_end|>; llama.cpp also stops on <|endoftext|>.
+    assert_eq!(tok.stop_ids(), &[2, 0]);
+}
+
+#[test]
+fn ids_match_llama_cpp() {
+    let tok = tokenizer();
+    let mut failures = Vec::new();
+    for s in &golden().strings {
+        let ids = tok.encode(&s.text, false).unwrap();
+        if ids != s.ids {
+            failures.push(format!("{:?}\n   got  {ids:?}\n   want {:?}", s.text, s.ids));
+        }
+    }
+    assert!(failures.is_empty(), "{} of {} strings differ:\n{}", failures.len(), golden().strings.len(), failures.join("\n"));
+}
+
+#[test]
+fn every_token_has_llama_cpp_bytes() {
+    let tok = tokenizer();
+    let g = golden();
+    assert_eq!(g.token_checksums.len(), g.n_vocab.div_ceil(g.checksum_chunk));
+    for (chunk, want) in g.token_checksums.iter().enumerate() {
+        let start = chunk * g.checksum_chunk;
+        let ids = start..(start + g.checksum_chunk).min(g.n_vocab);
+        let mut h = 0xcbf2_9ce4_8422_2325u64;
+        for id in ids.clone() {
+            let bytes = tok.token_bytes(id as u32).unwrap();
+            for &b in (bytes.len() as u32).to_le_bytes().iter().chain(bytes) {
+                h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+            }
+        }
+        assert_eq!(&format!("{h:016x}"), want, "token bytes differ from llama.cpp's in ids {ids:?}");
+    }
+    assert!(matches!(tok.token_bytes(g.n_vocab as u32), Err(TokenizerError::UnknownTokenId { .. })));
+}
+
+#[test]
+fn decode_inverts_encode() {
+    let tok = tokenizer();
+    for s in &golden().strings {
+        let ids = tok.encode(&s.text, false).unwrap();
+        assert_eq!(tok.decode(&ids).unwrap(), s.text);
+        assert_eq!(tok.decode(&s.ids).unwrap(), s.detokenized, "llama.cpp detokenizes {:?} differently", s.text);
+    }
+    assert!(tok.decode(&[0, 49152]).is_err());
+}
+
+#[test]
+fn stream_decoding_never_splits_a_character() {
+    let tok = tokenizer();
+    let mut split_characters = 0;
+    for s in &golden().strings {
+        let mut decoder = StreamDecoder::new();
+        let mut text = String::new();
+        for &id in &s.ids {
+            split_characters += usize::from(std::str::from_utf8(tok.token_bytes(id).unwrap()).is_err());
+            let piece = decoder.push(tok, id).unwrap();
+            assert!(!piece.contains('\u{FFFD}'), "{:?}: U+FFFD after id {id}", s.text);
+            text.push_str(&piece);
+        }
+        text.push_str(&decoder.finish());
+        assert_eq!(text, tok.decode(&s.ids).unwrap());
+    }
+    assert!(split_characters > 0, "no golden string has a character split across tokens");
+}
+
+#[test]
+fn stream_decoder_flushes_bad_bytes_as_decode_does() {
+    let tok = tokenizer();
+    // "😀" is F0 9F 98 80; find byte tokens for a lone continuation and a truncated start.
+    let byte_token = |b: u8| (0..tok.vocab_size() as u32).find(|&id| tok.token_bytes(id).unwrap() == [b]).unwrap();
+    let ids = [byte_token(0x80), byte_token(b'a'), byte_token(0xF0), byte_token(0x9F)];
+    let mut decoder = StreamDecoder::new();
+    let mut text: String = ids.iter().map(|&id| decoder.push(tok, id).unwrap()).collect();
+    text.push_str(&decoder.finish());
+    assert_eq!(text, tok.decode(&ids).unwrap());
+    assert_eq!(text, "\u{FFFD}a\u{FFFD}");
+}
+
+#[test]
+fn special_tokens_are_single_ids() {
+    let tok = tokenizer();
+    for (text, id) in [("<|endoftext|>", 0), ("<|im_start|>", 1), ("<|im_end|>", 2), ("<file_sep>", 5)] {
+        assert_eq!(tok.encode(text, false).unwrap(), [id], "{text}");
+        assert_eq!(tok.token_id(text), Some(id));
+        assert_eq!(tok.decode(&[id]).unwrap(), text);
+    }
+    let ids = tok.encode("<|im_start|>user\nhi<|im_end|>", false).unwrap();
+    assert_eq!((ids[0], *ids.last().unwrap()), (1, 2));
+    // add_bos_token is false for SmolLM2, so asking for BOS adds nothing.
+    assert_eq!(tok.encode("hi", true).unwrap(), tok.encode("hi", false).unwrap());
+}
+
+const SYSTEM_DEFAULT: &str =
+    "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n";
+
+#[test]
+fn chat_template_renders_the_default_system_prompt() {
+    let template = ChatTemplate::from_gguf(&model_file()).unwrap().expect("SmolLM2 has a chat template");
+    let messages = [Message::new("user", "What is 2+2?")];
+    let want = format!("{SYSTEM_DEFAULT}<|im_start|>user\nWhat is 2+2?<|im_end|>\n");
+    assert_eq!(template.render(&messages, false).unwrap(), want);
+    assert_eq!(template.render(&messages, true).unwrap(), format!("{want}<|im_start|>assistant\n"));
+}
+
+#[test]
+fn chat_template_matches_jinja2() {
+    let template = ChatTemplate::from_gguf(&model_file()).unwrap().unwrap();
+    let chats = &golden().chat;
+    assert!(!chats.is_empty(), "the golden file has no jinja2 renderings");
+    for c in chats {
+        let got = template.render(&c.messages, c.add_generation_prompt).unwrap();
+        assert_eq!(got, c.rendered, "{:?} add_generation_prompt={}", c.messages, c.add_generation_prompt);
+    }
+}
+
+#[test]
+fn rendered_chat_tokenizes_turn_markers_as_single_ids() {
+    let template = ChatTemplate::from_gguf(&model_file()).unwrap().unwrap();
+    let tok = tokenizer();
+    let prompt = template.render(&[Message::new("user", "Hi")], true).unwrap();
+    let ids = tok.encode(&prompt, false).unwrap();
+    assert_eq!(ids.iter().filter(|&&id| id == 1).count(), 3, "three <|im_start|>");
+    assert_eq!(ids.iter().filter(|&&id| id == 2).count(), 2, "two <|im_end|>");
+    assert_eq!(tok.decode(&ids).unwrap(), prompt);
+}
+
+/// GPT-2's byte alphabet in byte order, so a vocabulary of these 256 strings covers all text.
+fn byte_alphabet() -> Vec<String> {
+    let self_mapped = |b: u8| matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF);
+    let mut shifted = 0;
+    (0..=255u8)
+        .map(|b| {
+            let code = if self_mapped(b) {
+                u32::from(b)
+            } else {
+                shifted += 1;
+                255 + shifted
+            };
+            char::from_u32(code).unwrap().to_string()
+        })
+        .collect()
+}
+
+/// A small byte-level vocabulary: the alphabet, "ab" (merged from "a b"), and `<s>` as BOS.
+fn small_gguf(model: &str, pre: Option<&str>, add_bos: bool) -> Vec<u8> {
+    let mut tokens = byte_alphabet();
+    tokens.extend(["ab".to_string(), "<s>".to_string()]);
+    let mut types = vec![1i32; 256];
+    types.extend([1, 3]);
+    let strings = |v: Vec<String>| MetaValue::Array(v.into_iter().map(MetaValue::String).collect());
+    let mut w = GgufWriter::new();
+    w.meta("tokenizer.ggml.model", MetaValue::String(model.into()));
+    if let Some(pre) = pre {
+        w.meta("tokenizer.ggml.pre", MetaValue::String(pre.into()));
+    }
+    w.meta("tokenizer.ggml.tokens", strings(tokens))
+        .meta("tokenizer.ggml.token_type", MetaValue::Array(types.into_iter().map(MetaValue::I32).collect()))
+        .meta("tokenizer.ggml.merges", strings(vec!["a b".into()]))
+        .meta("tokenizer.ggml.bos_token_id", MetaValue::U32(257))
+        .meta("tokenizer.ggml.eos_token_id", MetaValue::U32(257))
+        .meta("tokenizer.ggml.add_bos_token", MetaValue::Bool(add_bos));
+    w.to_bytes()
+}
+
+fn small_tokenizer(model: &str, pre: Option<&str>, add_bos: bool) -> Result<Tokenizer, TokenizerError> {
+    let bytes = small_gguf(model, pre, add_bos);
+    Tokenizer::from_gguf(&GgufFile::parse(&bytes).unwrap())
+}
+
+#[test]
+fn small_vocabulary_merges_and_adds_bos() {
+    let tok = small_tokenizer("gpt2", Some("smollm"), true).unwrap();
+    assert!(tok.adds_bos());
+    let ids = tok.encode("ab<s>a b", true).unwrap();
+    assert_eq!(ids, [257, 256, 257, u32::from(b'a'), u32::from(b' '), u32::from(b'b')]);
+    assert_eq!(tok.decode(&ids).unwrap(), "<s>ab<s>a b");
+    assert_eq!(tok.encode("ab", false).unwrap(), [256]);
+}
+
+#[test]
+fn unsupported_model_is_a_clear_error() {
+    let err = small_tokenizer("llama", Some("default"), false).unwrap_err();
+    assert_eq!(err, TokenizerError::UnsupportedModel("llama".into()));
+    assert!(err.to_string().contains("\"llama\""), "{err}");
+}
+
+#[test]
+fn unsupported_pre_is_a_clear_error() {
+    let err = small_tokenizer("gpt2", Some("no-such-pre"), false).unwrap_err();
+    assert_eq!(err, TokenizerError::UnsupportedPre("no-such-pre".into()));
+    assert!(err.to_string().contains("\"no-such-pre\"") && err.to_string().contains("smollm"), "{err}");
+    // An absent pre-tokenizer falls back to llama.cpp's "default", as llama.cpp does.
+    assert!(small_tokenizer("gpt2", None, false).is_ok());
+}
