@@ -24,15 +24,17 @@ pub struct PageAllocator {
 
 impl PageAllocator {
     pub fn new(n_pages: u32) -> Self {
-        let mut free_bits = vec![u64::MAX; (n_pages as usize).div_ceil(64)];
-        if n_pages % 64 != 0 {
-            if let Some(last) = free_bits.last_mut() {
-                *last = (1u64 << (n_pages % 64)) - 1;
-            }
+        // Kept descending and taken from the end, so a fresh pool hands out ascending ids
+        // (readable page tables in logs).
+        let mut pool = Self {
+            free: (0..n_pages).rev().collect(),
+            free_bits: vec![0; (n_pages as usize).div_ceil(64)],
+            capacity: n_pages,
+        };
+        for page in 0..n_pages {
+            pool.set_free(page, true);
         }
-        // Kept descending and taken from the end, so a fresh pool hands out ascending ids (readable
-        // page tables in logs).
-        Self { free: (0..n_pages).rev().collect(), free_bits, capacity: n_pages }
+        pool
     }
 
     /// `n` pages, or `None` (and nothing taken) when fewer than `n` are free.

@@ -191,7 +191,8 @@ impl<P: Copy + Eq + Hash + Debug> RadixTree<P> {
         let whole = tokens.len() - tokens.len() % self.page_size;
         let mut found = PrefixMatch { pages: Vec::new(), hashes: Vec::new(), n_tokens: 0, node: self.root };
         while found.n_tokens < whole {
-            let Step::Shared { child, n_pages } = self.step(found.node, &tokens[found.n_tokens..whole]) else {
+            let Step::Shared { child, n_pages } = self.step(found.node, &tokens[found.n_tokens..whole])
+            else {
                 break;
             };
             let ends_inside = n_pages < self.node(child).pages.len();
@@ -625,7 +626,36 @@ mod tests {
         freed.sort();
         assert_eq!(freed, vec![1, 2]);
         assert_eq!(t.unpin(pinned), Err(RadixError::StaleNode { node: pinned }));
-        assert_eq!(t.stats(), RadixStats { nodes: 1, cached_pages: 2, evictable_pages: 0, locked_pages: 2, pinned_pages: 0 });
+        assert_eq!(
+            t.stats(),
+            RadixStats { nodes: 1, cached_pages: 2, evictable_pages: 0, locked_pages: 2, pinned_pages: 0 }
+        );
+    }
+
+    #[test]
+    fn split_of_a_locked_edge_keeps_both_halves_locked() {
+        let mut t = tree();
+        let leaf = t.insert(&seq(12), &[1, 2, 3]).unwrap().node;
+        t.lock(leaf).unwrap();
+        t.match_prefix(&seq(4)); // splits the locked edge after its first page
+        assert_eq!(t.stats().locked_pages, 3);
+        assert_eq!(t.evict(usize::MAX), Vec::<u32>::new());
+        t.unlock(leaf).unwrap();
+        assert_eq!(t.evictable_pages(), 3);
+        assert_eq!(t.evict(usize::MAX), vec![2, 3, 1]);
+    }
+
+    #[test]
+    fn stale_id_does_not_name_the_node_reusing_its_slot() {
+        let mut t = tree();
+        let gone = t.insert(&seq(4), &[1]).unwrap().node;
+        assert_eq!(t.evict(1), vec![1]);
+        let mut other = seq(4);
+        other[0] = 9;
+        let reused = t.insert(&other, &[2]).unwrap().node;
+        assert_eq!(reused.index, gone.index, "the slot is reused");
+        assert_eq!(t.lock(gone), Err(RadixError::StaleNode { node: gone }));
+        assert_eq!(t.stats().locked_pages, 0);
     }
 
     #[test]
