@@ -7,6 +7,7 @@ Needs llama-cpp-python (vocab_only load, no weights are read) and, for the chat 
 """
 import json
 import pathlib
+import random
 import sys
 
 import llama_cpp
@@ -68,6 +69,21 @@ STRINGS = [
     "than sixty Russian sentences into English. The authors claimed that within three or five years, "
     "machine translation would be a solved problem. However, real progress was much slower.",
 ]
+
+# Fragments for random strings that probe the pre-tokenizer's edges: whitespace runs next to
+# letters, digits and punctuation, contractions, multi-byte characters, special-token pieces.
+FRAGMENTS = list("abcXYZ '\"\t\n\r  0123456789.,!?-_()[]{}<>|/\\$%^~=+") + [
+    "'s", "'t", "'ll", "'RE", "é", "ü", "ß", "日", "本", "😀", "👍🏽", "\u200d", "مر", "Ж",
+    "\u00a0", "\u3000", "<|im_start|>", "<|im_end|>", "<|endoftext|>", "<|im_", "ing", "the",
+    " the", "\r\n", "   ", "1234",
+]
+N_RANDOM = 300
+
+
+def random_strings() -> list:
+    rng = random.Random(7)
+    return ["".join(rng.choice(FRAGMENTS) for _ in range(rng.randint(0, 30))) for _ in range(N_RANDOM)]
+
 
 CONVERSATIONS = [
     [{"role": "user", "content": "Hello!"}],
@@ -156,7 +172,7 @@ def to_json(golden: dict) -> str:
 def main() -> None:
     llm = llama_cpp.Llama(model_path=str(MODEL), vocab_only=True, verbose=False)
     strings = []
-    for text in STRINGS:
+    for text in STRINGS + random_strings():
         ids = llm.tokenize(text.encode(), add_bos=False, special=True)
         detok = llm.detokenize(ids, special=True).decode("utf-8", errors="replace")
         strings.append({"text": text, "ids": ids, "detokenized": detok})

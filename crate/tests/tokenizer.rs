@@ -1,6 +1,7 @@
 //! The tokenizer and chat template of the real SmolLM2 file against llama.cpp's ids and
 //! Python jinja2's renderings (tests/fixtures/tokenizer_golden.json, written by
-//! scripts/make_tokenizer_goldens.py), plus error cases on small hand-built GGUF files.
+//! scripts/make_tokenizer_goldens.py: ~40 chosen strings then 300 random ones built from
+//! fragments that probe the pre-tokenizer), plus error cases on small hand-built GGUF files.
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -63,7 +64,7 @@ fn tokenizer() -> &'static Tokenizer {
 }
 
 #[test]
-fn builds_quickly_with_the_model_special_ids() {
+fn loads_with_the_model_special_ids() {
     let file = model_file();
     let start = Instant::now();
     let tok = Tokenizer::from_gguf(&file).unwrap();
