@@ -254,6 +254,13 @@ fn forged_string_lengths() {
     let len = bytes.len();
     expect_err(&bytes, truncated("metadata \"general.name\"", at + 8, MAX_STRING_LEN, len), &["general.name"]);
 
+    // An element of a string array is named by its index.
+    let mut bytes = small();
+    let at = after(&bytes, "world") - "world".len() - 8;
+    put_u64(&mut bytes, at, u64::MAX - 1);
+    let what = "length of metadata \"tokenizer.ggml.tokens\"[1]";
+    expect_err(&bytes, GgufError::OverCap { what: what.into(), value: u64::MAX - 1, cap: MAX_STRING_LEN }, &[what]);
+
     let mut bytes = small();
     let name_len = tensor_fields(&bytes, Q4_TENSOR, 2).n_dims - Q4_TENSOR.len() - 8;
     put_u64(&mut bytes, name_len, 1 << 50);
@@ -488,4 +495,19 @@ fn non_utf8_strings() {
         GgufError::InvalidUtf8 { what: "metadata \"general.name\"".into(), lossy: "\u{fffd}ostile".into() },
         &["general.name"],
     );
+}
+
+#[test]
+fn long_invalid_strings_are_quoted_by_their_start() {
+    // A string length forged to run through the rest of the file, into the tensor data.
+    let mut bytes = small();
+    let at = value_at(&bytes, "general.name");
+    let rest = bytes.len() - at - 8;
+    put_u64(&mut bytes, at, rest as u64);
+    let err = GgufFile::parse(&bytes).unwrap_err();
+    let GgufError::InvalidUtf8 { what, lossy } = &err else { panic!("unexpected error {err}") };
+    assert_eq!(what, "metadata \"general.name\"");
+    assert!(lossy.starts_with("hostile") && lossy.ends_with('…'), "{lossy:?}");
+    assert!(lossy.chars().count() <= 65);
+    assert!(err.to_string().len() < 400, "{err}");
 }

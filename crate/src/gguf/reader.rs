@@ -40,6 +40,8 @@ pub const MAX_TENSOR_ELEMENTS: u64 = 1 << 48;
 pub const DEFAULT_ALIGNMENT: u64 = 32;
 
 const MAGIC: &[u8; 4] = b"GGUF";
+/// Bytes of an invalid string quoted in its error.
+const INVALID_UTF8_PREVIEW: usize = 64;
 /// Fewest bytes one metadata entry takes: key length, empty key, type, a one-byte value.
 const MIN_KV_BYTES: u64 = 8 + 4 + 1;
 /// Fewest bytes one tensor info takes before it can fail: name length, empty name, dimension
@@ -63,7 +65,7 @@ pub enum GgufError {
     UnknownArrayElementType { key: String, ty: u32 },
     #[error("GGUF metadata key {key:?}: arrays nested deeper than {MAX_ARRAY_DEPTH}")]
     ArrayTooDeep { key: String },
-    #[error("GGUF {what} is not valid UTF-8 (reads as {lossy:?})")]
+    #[error("GGUF {what} is not valid UTF-8 (it reads as {lossy:?})")]
     InvalidUtf8 { what: String, lossy: String },
     #[error("GGUF metadata key {0:?} appears twice")]
     DuplicateKey(String),
@@ -203,7 +205,7 @@ impl<'a> GgufFile<'a> {
     /// Parses header, metadata and tensor table, validating every tensor's extent.
     pub fn parse(bytes: &'a [u8]) -> Result<Self, GgufError> {
         let mut r = Cursor { bytes, pos: 0, elements_left: MAX_METADATA_ELEMENTS };
-        let magic = r.fixed::<4>("magic")?;
+        let magic = r.fixed::<4>(|| "magic".into())?;
         if &magic != MAGIC {
             return Err(GgufError::BadMagic(magic));
         }
@@ -219,10 +221,10 @@ impl<'a> GgufFile<'a> {
 
         let mut metadata = BTreeMap::new();
         for i in 0..n_kv {
-            let key = r.string(&format!("metadata key {i}"))?;
+            let key = r.string(&|| format!("metadata key {i}"))?;
             let what = format!("metadata {key:?}");
             let ty = r.u32(&format!("type of {what}"))?;
-            let value = r.value(&key, &what, ty, 0)?;
+            let value = r.value(&key, &|| what.clone(), ty, 0)?;
             if metadata.insert(key.clone(), value).is_some() {
                 return Err(GgufError::DuplicateKey(key));
             }
@@ -246,7 +248,7 @@ impl<'a> GgufFile<'a> {
         let mut tensors = Vec::with_capacity(n_tensors as usize);
         let mut names = std::collections::HashSet::new();
         for i in 0..n_tensors {
-            let name = r.string(&format!("name of tensor {i}"))?;
+            let name = r.string(&|| format!("name of tensor {i}"))?;
             let n_dims = r.u32(&format!("dimension count of tensor {name:?}"))?;
             if n_dims > MAX_DIMS {
                 return Err(GgufError::TooManyDims { name, n_dims });
@@ -397,6 +399,9 @@ fn min_value_bytes(ty: u32) -> Option<u64> {
     })
 }
 
+/// Names what is being read, built only when an error needs it (it runs per array element).
+type What<'w> = &'w dyn Fn() -> String;
+
 /// Reads the file front to back. Every read checks the bytes that remain first, so a forged
 /// length fails here instead of reaching an allocation.
 struct Cursor<'a> {
@@ -424,7 +429,7 @@ impl<'a> Cursor<'a> {
         Ok(())
     }
 
-    /// The next `n` bytes. `what` is only built on failure: it runs once per array element.
+    /// The next `n` bytes; `what` names them if they are missing.
     fn take(&mut self, n: u64, what: impl FnOnce() -> String) -> Result<&'a [u8], GgufError> {
         if n > self.remaining() {
             return Err(self.truncated(what(), n));
@@ -435,39 +440,39 @@ impl<'a> Cursor<'a> {
         Ok(s)
     }
 
-    fn fixed_or<const N: usize>(&mut self, what: impl FnOnce() -> String) -> Result<[u8; N], GgufError> {
+    fn fixed<const N: usize>(&mut self, what: impl FnOnce() -> String) -> Result<[u8; N], GgufError> {
         let mut out = [0; N];
         out.copy_from_slice(self.take(N as u64, what)?);
         Ok(out)
     }
 
-    fn fixed<const N: usize>(&mut self, what: &str) -> Result<[u8; N], GgufError> {
-        self.fixed_or(|| what.into())
-    }
-
     fn u32(&mut self, what: &str) -> Result<u32, GgufError> {
-        self.fixed(what).map(u32::from_le_bytes)
+        self.fixed(|| what.into()).map(u32::from_le_bytes)
     }
 
     fn u64(&mut self, what: &str) -> Result<u64, GgufError> {
-        self.fixed(what).map(u64::from_le_bytes)
+        self.fixed(|| what.into()).map(u64::from_le_bytes)
     }
 
-    fn string(&mut self, what: &str) -> Result<String, GgufError> {
-        let len = u64::from_le_bytes(self.fixed_or(|| format!("length of {what}"))?);
+    fn string(&mut self, what: What) -> Result<String, GgufError> {
+        let len = u64::from_le_bytes(self.fixed(|| format!("length of {}", what()))?);
         if len > MAX_STRING_LEN {
-            let what = format!("length of {what}");
+            let what = format!("length of {}", what());
             return Err(GgufError::OverCap { what, value: len, cap: MAX_STRING_LEN });
         }
-        let b = self.take(len, || what.into())?;
-        std::str::from_utf8(b).map(str::to_owned).map_err(|_| GgufError::InvalidUtf8 {
-            what: what.into(),
-            lossy: String::from_utf8_lossy(b).into_owned(),
+        let b = self.take(len, what)?;
+        std::str::from_utf8(b).map(str::to_owned).map_err(|_| {
+            // A forged length can make the "string" megabytes of tensor data: show its start.
+            let mut lossy = String::from_utf8_lossy(&b[..b.len().min(INVALID_UTF8_PREVIEW)]).into_owned();
+            if b.len() > INVALID_UTF8_PREVIEW {
+                lossy.push('…');
+            }
+            GgufError::InvalidUtf8 { what: what(), lossy }
         })
     }
 
-    /// A value of type `ty` of metadata `key`; `what` names it in errors.
-    fn value(&mut self, key: &str, what: &str, ty: u32, depth: u32) -> Result<MetaValue, GgufError> {
+    /// A value of type `ty` of metadata `key`; `what` names it (or the array element) in errors.
+    fn value(&mut self, key: &str, what: What, ty: u32, depth: u32) -> Result<MetaValue, GgufError> {
         Ok(match ty {
             0 => MetaValue::U8(u8::from_le_bytes(self.fixed(what)?)),
             1 => MetaValue::I8(i8::from_le_bytes(self.fixed(what)?)),
@@ -486,27 +491,27 @@ impl<'a> Cursor<'a> {
         })
     }
 
-    fn array(&mut self, key: &str, what: &str, depth: u32) -> Result<MetaValue, GgufError> {
+    fn array(&mut self, key: &str, what: What, depth: u32) -> Result<MetaValue, GgufError> {
         if depth >= MAX_ARRAY_DEPTH {
             return Err(GgufError::ArrayTooDeep { key: key.into() });
         }
-        let elem_ty = u32::from_le_bytes(self.fixed_or(|| format!("element type of {what}"))?);
-        let len = u64::from_le_bytes(self.fixed_or(|| format!("length of {what}"))?);
+        let elem_ty = u32::from_le_bytes(self.fixed(|| format!("element type of {}", what()))?);
+        let len = u64::from_le_bytes(self.fixed(|| format!("length of {}", what()))?);
         let min_size = min_value_bytes(elem_ty)
             .ok_or_else(|| GgufError::UnknownArrayElementType { key: key.into(), ty: elem_ty })?;
         if len > MAX_ARRAY_LEN {
-            let what = format!("length of {what}");
+            let what = format!("length of {}", what());
             return Err(GgufError::OverCap { what, value: len, cap: MAX_ARRAY_LEN });
         }
-        self.ensure_room(len, min_size, what)?;
+        self.ensure_room(len, min_size, &what())?;
         self.elements_left = self.elements_left.checked_sub(len).ok_or_else(|| GgufError::OverCap {
-            what: format!("array element count of the metadata (reached at {what})"),
+            what: format!("array element count of the metadata (reached at {})", what()),
             value: MAX_METADATA_ELEMENTS - self.elements_left + len,
             cap: MAX_METADATA_ELEMENTS,
         })?;
         let mut items = Vec::with_capacity(len.min(ARRAY_PREALLOC) as usize);
-        for _ in 0..len {
-            items.push(self.value(key, what, elem_ty, depth + 1)?);
+        for i in 0..len {
+            items.push(self.value(key, &|| format!("{}[{i}]", what()), elem_ty, depth + 1)?);
         }
         Ok(MetaValue::Array(items))
     }
