@@ -262,7 +262,7 @@ impl<'a> GgufFile<'a> {
             let ty = GgmlType::from_id(ty_id)
                 .map_err(|ty| GgufError::UnsupportedTensorType { name: name.clone(), ty })?;
             let n_bytes = tensor_bytes(&name, &dims, ty)?;
-            if offset % alignment != 0 {
+            if !offset.is_multiple_of(alignment) {
                 return Err(GgufError::MisalignedTensor { name, offset, alignment });
             }
             if !names.insert(name.clone()) {
@@ -374,7 +374,7 @@ fn tensor_bytes(name: &str, dims: &[u64], ty: GgmlType) -> Result<u64, GgufError
         .filter(|&n| n <= MAX_TENSOR_ELEMENTS)
         .ok_or_else(|| bad("more than 2^48 elements"))?;
     let block = ty.block_len() as u64;
-    if dims[0] % block != 0 {
+    if !dims[0].is_multiple_of(block) {
         return Err(GgufError::RowNotBlockAligned {
             name: name.into(),
             row: dims[0],
