@@ -15,8 +15,16 @@ use super::blocks::GgmlType;
 pub const MAX_STRING_LEN: u64 = 16 << 20;
 /// Most metadata entries. Real models carry a few dozen.
 pub const MAX_METADATA_ENTRIES: u64 = 1 << 16;
-/// Most elements in one metadata array (vocabularies reach ~260k tokens).
-pub const MAX_ARRAY_LEN: u64 = 1 << 24;
+/// Most elements in one metadata array. Vocabularies reach ~260k tokens and BPE merge lists
+/// ~450k entries.
+pub const MAX_ARRAY_LEN: u64 = 1 << 21;
+/// Most array elements in the whole metadata. Each becomes a 32-byte `MetaValue` even when it
+/// took one byte in the file, so this bounds the memory a header can demand (128 MiB) however
+/// many bytes of tensor data a forged length swallows. Real models hold about a million
+/// (tokens, scores, token types and merges).
+pub const MAX_METADATA_ELEMENTS: u64 = 1 << 22;
+/// Most elements reserved up front for one array; longer ones grow as their bytes are read.
+const ARRAY_PREALLOC: u64 = 1 << 16;
 /// Deepest nesting of arrays inside arrays.
 pub const MAX_ARRAY_DEPTH: u32 = 8;
 /// Most tensors. Large models have a few thousand.
@@ -25,15 +33,25 @@ pub const MAX_TENSORS: u64 = 1 << 16;
 pub const MAX_DIMS: u32 = 4;
 /// Largest `general.alignment`; ggml requires a power of two.
 pub const MAX_ALIGNMENT: u64 = 1 << 16;
+/// Most elements in one tensor (256 Ti): far past any model, and small enough that its byte
+/// size cannot overflow.
+pub const MAX_TENSOR_ELEMENTS: u64 = 1 << 48;
 /// The alignment used when `general.alignment` is absent (`GGUF_DEFAULT_ALIGNMENT`).
 pub const DEFAULT_ALIGNMENT: u64 = 32;
 
 const MAGIC: &[u8; 4] = b"GGUF";
+/// Bytes of an invalid string quoted in its error.
+const INVALID_UTF8_PREVIEW: usize = 64;
+/// Fewest bytes one metadata entry takes: key length, empty key, type, a one-byte value.
+const MIN_KV_BYTES: u64 = 8 + 4 + 1;
+/// Fewest bytes one tensor info takes before it can fail: name length, empty name, dimension
+/// count, type and offset.
+const MIN_TENSOR_INFO_BYTES: u64 = 8 + 4 + 4 + 8;
 
 /// Why a GGUF file could not be read. Each variant names the field or tensor at fault.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum GgufError {
-    #[error("not a GGUF file: magic bytes are {0:?}, expected \"GGUF\"")]
+    #[error("not a GGUF file: it starts with \"{}\", expected \"GGUF\"", .0.escape_ascii())]
     BadMagic([u8; 4]),
     #[error("unsupported GGUF version {0} (radixlm reads versions 2 and 3)")]
     UnsupportedVersion(u32),
@@ -43,10 +61,12 @@ pub enum GgufError {
     OverCap { what: String, value: u64, cap: u64 },
     #[error("GGUF metadata key {key:?} has unknown value type {ty}")]
     UnknownValueType { key: String, ty: u32 },
+    #[error("GGUF metadata key {key:?} is an array of unknown element type {ty}")]
+    UnknownArrayElementType { key: String, ty: u32 },
     #[error("GGUF metadata key {key:?}: arrays nested deeper than {MAX_ARRAY_DEPTH}")]
     ArrayTooDeep { key: String },
-    #[error("GGUF string in {what} is not valid UTF-8")]
-    InvalidUtf8 { what: String },
+    #[error("GGUF {what} is not valid UTF-8 (it reads as {lossy:?})")]
+    InvalidUtf8 { what: String, lossy: String },
     #[error("GGUF metadata key {0:?} appears twice")]
     DuplicateKey(String),
     #[error("GGUF metadata {key:?} has the wrong type: expected {expected}")]
@@ -57,8 +77,8 @@ pub enum GgufError {
     DuplicateTensor(String),
     #[error("GGUF tensor {name:?} has {n_dims} dimensions (at most {MAX_DIMS} are allowed)")]
     TooManyDims { name: String, n_dims: u32 },
-    #[error("GGUF tensor {name:?} has invalid shape {dims:?}")]
-    BadShape { name: String, dims: Vec<u64> },
+    #[error("GGUF tensor {name:?} has invalid shape {dims:?}: {reason}")]
+    BadShape { name: String, dims: Vec<u64>, reason: &'static str },
     #[error("GGUF tensor {name:?} has unsupported type {ty}")]
     UnsupportedTensorType { name: String, ty: String },
     #[error("GGUF tensor {name:?}: row length {row} is not a multiple of the {ty} block size {block}")]
@@ -184,8 +204,8 @@ pub struct GgufFile<'a> {
 impl<'a> GgufFile<'a> {
     /// Parses header, metadata and tensor table, validating every tensor's extent.
     pub fn parse(bytes: &'a [u8]) -> Result<Self, GgufError> {
-        let mut r = Cursor { bytes, pos: 0 };
-        let magic: [u8; 4] = r.take(4, "magic")?.try_into().unwrap();
+        let mut r = Cursor { bytes, pos: 0, elements_left: MAX_METADATA_ELEMENTS };
+        let magic = r.fixed::<4>(|| "magic".into())?;
         if &magic != MAGIC {
             return Err(GgufError::BadMagic(magic));
         }
@@ -197,14 +217,14 @@ impl<'a> GgufFile<'a> {
         let n_kv = r.u64("metadata count")?;
         cap("tensor count", n_tensors, MAX_TENSORS)?;
         cap("metadata count", n_kv, MAX_METADATA_ENTRIES)?;
-        // Each key/value takes at least 8 (key length) + 4 (type) + 1 bytes.
-        r.ensure_room(n_kv, 13, "metadata")?;
+        r.ensure_room(n_kv, MIN_KV_BYTES, "metadata")?;
 
         let mut metadata = BTreeMap::new();
-        for _ in 0..n_kv {
-            let key = r.string("metadata key")?;
-            let ty = r.u32(&format!("type of metadata {key:?}"))?;
-            let value = r.value(&key, ty, 0)?;
+        for i in 0..n_kv {
+            let key = r.string(&|| format!("metadata key {i}"))?;
+            let what = format!("metadata {key:?}");
+            let ty = r.u32(&format!("type of {what}"))?;
+            let value = r.value(&key, &|| what.clone(), ty, 0)?;
             if metadata.insert(key.clone(), value).is_some() {
                 return Err(GgufError::DuplicateKey(key));
             }
@@ -217,19 +237,18 @@ impl<'a> GgufFile<'a> {
                     key: "general.alignment".into(),
                     expected: "an unsigned integer",
                 })?;
-                if a == 0 || !a.is_power_of_two() || a > MAX_ALIGNMENT {
+                if !a.is_power_of_two() || a > MAX_ALIGNMENT {
                     return Err(GgufError::BadAlignment(a));
                 }
                 a
             }
         };
 
-        // Each tensor info takes at least 8 (name length) + 4 + 4 + 8 bytes.
-        r.ensure_room(n_tensors, 24, "tensor table")?;
+        r.ensure_room(n_tensors, MIN_TENSOR_INFO_BYTES, "tensor table")?;
         let mut tensors = Vec::with_capacity(n_tensors as usize);
         let mut names = std::collections::HashSet::new();
         for i in 0..n_tensors {
-            let name = r.string(&format!("name of tensor {i}"))?;
+            let name = r.string(&|| format!("name of tensor {i}"))?;
             let n_dims = r.u32(&format!("dimension count of tensor {name:?}"))?;
             if n_dims > MAX_DIMS {
                 return Err(GgufError::TooManyDims { name, n_dims });
@@ -243,7 +262,7 @@ impl<'a> GgufFile<'a> {
             let ty = GgmlType::from_id(ty_id)
                 .map_err(|ty| GgufError::UnsupportedTensorType { name: name.clone(), ty })?;
             let n_bytes = tensor_bytes(&name, &dims, ty)?;
-            if offset % alignment != 0 {
+            if !offset.is_multiple_of(alignment) {
                 return Err(GgufError::MisalignedTensor { name, offset, alignment });
             }
             if !names.insert(name.clone()) {
@@ -252,11 +271,13 @@ impl<'a> GgufFile<'a> {
             tensors.push(TensorInfo { name, dims, ty, offset, n_bytes });
         }
 
+        // Past the end of a file with no tensor data the data section is simply empty.
         let data_offset = align_up(r.pos as u64, alignment);
-        let data_len = (bytes.len() as u64).saturating_sub(data_offset);
+        let data = usize::try_from(data_offset).ok().and_then(|o| bytes.get(o..)).unwrap_or(&[]);
+        let data_len = data.len() as u64;
         for t in &tensors {
             let end = t.offset.checked_add(t.n_bytes);
-            if end.is_none_or(|end| end > data_len) || data_offset > bytes.len() as u64 {
+            if end.is_none_or(|end| end > data_len) {
                 return Err(GgufError::TensorOutOfBounds {
                     name: t.name.clone(),
                     start: t.offset,
@@ -265,14 +286,15 @@ impl<'a> GgufFile<'a> {
                 });
             }
         }
-        let mut by_offset: Vec<&TensorInfo> = tensors.iter().filter(|t| t.n_bytes > 0).collect();
+        // Every tensor has at least one byte (`tensor_bytes` rejects empty shapes), so sorted
+        // by offset, each must end before the next begins.
+        let mut by_offset: Vec<&TensorInfo> = tensors.iter().collect();
         by_offset.sort_by_key(|t| t.offset);
         for w in by_offset.windows(2) {
             if w[0].offset + w[0].n_bytes > w[1].offset {
                 return Err(GgufError::OverlappingTensors { a: w[0].name.clone(), b: w[1].name.clone() });
             }
         }
-        let data = &bytes[data_offset.min(bytes.len() as u64) as usize..];
         Ok(Self { version, metadata, tensors, alignment, data_offset, data })
     }
 
@@ -337,19 +359,22 @@ fn align_up(x: u64, a: u64) -> u64 {
     x.div_ceil(a).saturating_mul(a)
 }
 
-/// Byte size of a tensor, rejecting zero-size or overflowing shapes and partial blocks.
+/// Byte size of a tensor, rejecting empty or overflowing shapes and partial blocks.
 fn tensor_bytes(name: &str, dims: &[u64], ty: GgmlType) -> Result<u64, GgufError> {
-    let bad = || GgufError::BadShape { name: name.into(), dims: dims.to_vec() };
-    if dims.is_empty() || dims.iter().any(|&d| d == 0) {
-        return Err(bad());
+    let bad = |reason| GgufError::BadShape { name: name.into(), dims: dims.to_vec(), reason };
+    if dims.is_empty() {
+        return Err(bad("it has no dimensions"));
     }
-    let n = dims.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d)).ok_or_else(bad)?;
-    // No single tensor can exceed what a 64-bit address space and a byte count can hold.
-    if n > (1u64 << 48) {
-        return Err(bad());
+    if dims.contains(&0) {
+        return Err(bad("a dimension is zero"));
     }
+    let n = dims
+        .iter()
+        .try_fold(1u64, |acc, &d| acc.checked_mul(d))
+        .filter(|&n| n <= MAX_TENSOR_ELEMENTS)
+        .ok_or_else(|| bad("more than 2^48 elements"))?;
     let block = ty.block_len() as u64;
-    if dims[0] % block != 0 {
+    if !dims[0].is_multiple_of(block) {
         return Err(GgufError::RowNotBlockAligned {
             name: name.into(),
             row: dims[0],
@@ -357,12 +382,33 @@ fn tensor_bytes(name: &str, dims: &[u64], ty: GgmlType) -> Result<u64, GgufError
             block: ty.block_len(),
         });
     }
-    (n / block).checked_mul(ty.block_bytes() as u64).ok_or_else(bad)
+    // At most 2^48 / 32 blocks of at most 34 bytes (or 2^48 F32 weights): no overflow.
+    Ok(n / block * ty.block_bytes() as u64)
 }
 
+/// Fewest bytes one metadata value of type `ty` takes, or `None` for an unknown type.
+fn min_value_bytes(ty: u32) -> Option<u64> {
+    Some(match ty {
+        0 | 1 | 7 => 1,
+        2 | 3 => 2,
+        4..=6 => 4,
+        8 => 8,  // the length of an empty string
+        9 => 12, // element type and length of an empty array
+        10..=12 => 8,
+        _ => return None,
+    })
+}
+
+/// Names what is being read, built only when an error needs it (it runs per array element).
+type What<'w> = &'w dyn Fn() -> String;
+
+/// Reads the file front to back. Every read checks the bytes that remain first, so a forged
+/// length fails here instead of reaching an allocation.
 struct Cursor<'a> {
     bytes: &'a [u8],
     pos: usize,
+    /// Array elements the metadata may still hold (`MAX_METADATA_ELEMENTS` in all).
+    elements_left: u64,
 }
 
 impl<'a> Cursor<'a> {
@@ -370,91 +416,103 @@ impl<'a> Cursor<'a> {
         (self.bytes.len() - self.pos) as u64
     }
 
-    fn truncated(&self, what: &str, needed: u64) -> GgufError {
-        GgufError::Truncated {
-            what: what.into(),
-            offset: self.pos as u64,
-            needed,
-            len: self.bytes.len() as u64,
-        }
+    fn truncated(&self, what: String, needed: u64) -> GgufError {
+        GgufError::Truncated { what, offset: self.pos as u64, needed, len: self.bytes.len() as u64 }
     }
 
     /// Fails unless `count` items of at least `min_size` bytes each could still fit.
     fn ensure_room(&self, count: u64, min_size: u64, what: &str) -> Result<(), GgufError> {
         let needed = count.saturating_mul(min_size);
         if needed > self.remaining() {
-            return Err(self.truncated(what, needed));
+            return Err(self.truncated(what.into(), needed));
         }
         Ok(())
     }
 
-    fn take(&mut self, n: u64, what: &str) -> Result<&'a [u8], GgufError> {
+    /// The next `n` bytes; `what` names them if they are missing.
+    fn take(&mut self, n: u64, what: impl FnOnce() -> String) -> Result<&'a [u8], GgufError> {
         if n > self.remaining() {
-            return Err(self.truncated(what, n));
+            return Err(self.truncated(what(), n));
         }
+        // `n` fits in `usize`: it is at most the length of a slice.
         let s = &self.bytes[self.pos..self.pos + n as usize];
         self.pos += n as usize;
         Ok(s)
     }
 
-    fn array<const N: usize>(&mut self, what: &str) -> Result<[u8; N], GgufError> {
-        Ok(self.take(N as u64, what)?.try_into().unwrap())
+    fn fixed<const N: usize>(&mut self, what: impl FnOnce() -> String) -> Result<[u8; N], GgufError> {
+        let mut out = [0; N];
+        out.copy_from_slice(self.take(N as u64, what)?);
+        Ok(out)
     }
 
     fn u32(&mut self, what: &str) -> Result<u32, GgufError> {
-        self.array(what).map(u32::from_le_bytes)
+        self.fixed(|| what.into()).map(u32::from_le_bytes)
     }
 
     fn u64(&mut self, what: &str) -> Result<u64, GgufError> {
-        self.array(what).map(u64::from_le_bytes)
+        self.fixed(|| what.into()).map(u64::from_le_bytes)
     }
 
-    fn string(&mut self, what: &str) -> Result<String, GgufError> {
-        let len = self.u64(&format!("length of {what}"))?;
-        cap(&format!("length of {what}"), len, MAX_STRING_LEN)?;
+    fn string(&mut self, what: What) -> Result<String, GgufError> {
+        let len = u64::from_le_bytes(self.fixed(|| format!("length of {}", what()))?);
+        if len > MAX_STRING_LEN {
+            let what = format!("length of {}", what());
+            return Err(GgufError::OverCap { what, value: len, cap: MAX_STRING_LEN });
+        }
         let b = self.take(len, what)?;
-        String::from_utf8(b.to_vec()).map_err(|_| GgufError::InvalidUtf8 { what: what.into() })
+        std::str::from_utf8(b).map(str::to_owned).map_err(|_| {
+            // A forged length can make the "string" megabytes of tensor data: show its start.
+            let mut lossy = String::from_utf8_lossy(&b[..b.len().min(INVALID_UTF8_PREVIEW)]).into_owned();
+            if b.len() > INVALID_UTF8_PREVIEW {
+                lossy.push('…');
+            }
+            GgufError::InvalidUtf8 { what: what(), lossy }
+        })
     }
 
-    fn value(&mut self, key: &str, ty: u32, depth: u32) -> Result<MetaValue, GgufError> {
-        let what = || format!("metadata {key:?}");
+    /// A value of type `ty` of metadata `key`; `what` names it (or the array element) in errors.
+    fn value(&mut self, key: &str, what: What, ty: u32, depth: u32) -> Result<MetaValue, GgufError> {
         Ok(match ty {
-            0 => MetaValue::U8(self.array::<1>(&what())?[0]),
-            1 => MetaValue::I8(self.array::<1>(&what())?[0] as i8),
-            2 => MetaValue::U16(u16::from_le_bytes(self.array(&what())?)),
-            3 => MetaValue::I16(i16::from_le_bytes(self.array(&what())?)),
-            4 => MetaValue::U32(u32::from_le_bytes(self.array(&what())?)),
-            5 => MetaValue::I32(i32::from_le_bytes(self.array(&what())?)),
-            6 => MetaValue::F32(f32::from_le_bytes(self.array(&what())?)),
-            7 => MetaValue::Bool(self.array::<1>(&what())?[0] != 0),
-            8 => MetaValue::String(self.string(&what())?),
-            9 => {
-                if depth >= MAX_ARRAY_DEPTH {
-                    return Err(GgufError::ArrayTooDeep { key: key.into() });
-                }
-                let elem_ty = self.u32(&format!("element type of {}", what()))?;
-                let len = self.u64(&format!("length of {}", what()))?;
-                cap(&format!("length of array {}", what()), len, MAX_ARRAY_LEN)?;
-                let min_size = match elem_ty {
-                    0 | 1 | 7 => 1,
-                    2 | 3 => 2,
-                    4..=6 => 4,
-                    8 => 8,
-                    9 => 12,
-                    10..=12 => 8,
-                    _ => return Err(GgufError::UnknownValueType { key: key.into(), ty: elem_ty }),
-                };
-                self.ensure_room(len, min_size, &what())?;
-                let mut items = Vec::with_capacity(len as usize);
-                for _ in 0..len {
-                    items.push(self.value(key, elem_ty, depth + 1)?);
-                }
-                MetaValue::Array(items)
-            }
-            10 => MetaValue::U64(u64::from_le_bytes(self.array(&what())?)),
-            11 => MetaValue::I64(i64::from_le_bytes(self.array(&what())?)),
-            12 => MetaValue::F64(f64::from_le_bytes(self.array(&what())?)),
+            0 => MetaValue::U8(u8::from_le_bytes(self.fixed(what)?)),
+            1 => MetaValue::I8(i8::from_le_bytes(self.fixed(what)?)),
+            2 => MetaValue::U16(u16::from_le_bytes(self.fixed(what)?)),
+            3 => MetaValue::I16(i16::from_le_bytes(self.fixed(what)?)),
+            4 => MetaValue::U32(u32::from_le_bytes(self.fixed(what)?)),
+            5 => MetaValue::I32(i32::from_le_bytes(self.fixed(what)?)),
+            6 => MetaValue::F32(f32::from_le_bytes(self.fixed(what)?)),
+            7 => MetaValue::Bool(self.fixed::<1>(what)?[0] != 0),
+            8 => MetaValue::String(self.string(what)?),
+            9 => self.array(key, what, depth)?,
+            10 => MetaValue::U64(u64::from_le_bytes(self.fixed(what)?)),
+            11 => MetaValue::I64(i64::from_le_bytes(self.fixed(what)?)),
+            12 => MetaValue::F64(f64::from_le_bytes(self.fixed(what)?)),
             _ => return Err(GgufError::UnknownValueType { key: key.into(), ty }),
         })
+    }
+
+    fn array(&mut self, key: &str, what: What, depth: u32) -> Result<MetaValue, GgufError> {
+        if depth >= MAX_ARRAY_DEPTH {
+            return Err(GgufError::ArrayTooDeep { key: key.into() });
+        }
+        let elem_ty = u32::from_le_bytes(self.fixed(|| format!("element type of {}", what()))?);
+        let len = u64::from_le_bytes(self.fixed(|| format!("length of {}", what()))?);
+        let min_size = min_value_bytes(elem_ty)
+            .ok_or_else(|| GgufError::UnknownArrayElementType { key: key.into(), ty: elem_ty })?;
+        if len > MAX_ARRAY_LEN {
+            let what = format!("length of {}", what());
+            return Err(GgufError::OverCap { what, value: len, cap: MAX_ARRAY_LEN });
+        }
+        self.ensure_room(len, min_size, &what())?;
+        self.elements_left = self.elements_left.checked_sub(len).ok_or_else(|| GgufError::OverCap {
+            what: format!("array element count of the metadata (reached at {})", what()),
+            value: MAX_METADATA_ELEMENTS - self.elements_left + len,
+            cap: MAX_METADATA_ELEMENTS,
+        })?;
+        let mut items = Vec::with_capacity(len.min(ARRAY_PREALLOC) as usize);
+        for i in 0..len {
+            items.push(self.value(key, &|| format!("{}[{i}]", what()), elem_ty, depth + 1)?);
+        }
+        Ok(MetaValue::Array(items))
     }
 }

@@ -1,13 +1,23 @@
-//! GGUF writer (version 3) for synthetic test and benchmark models.
+//! GGUF writer for synthetic test and benchmark models.
+//!
+//! It writes what it is given without judging it (duplicate keys, shapes that disagree with
+//! the data, an invalid `general.alignment`), so tests can build the files the reader must
+//! reject.
 
 use super::blocks::{quantize, GgmlType};
-use super::reader::{MetaValue, DEFAULT_ALIGNMENT};
+use super::reader::{MetaValue, DEFAULT_ALIGNMENT, MAX_ALIGNMENT};
 
 /// Builds a GGUF file in memory: metadata in insertion order, then tensors.
-#[derive(Default)]
 pub struct GgufWriter {
+    version: u32,
     metadata: Vec<(String, MetaValue)>,
     tensors: Vec<(String, Vec<u64>, GgmlType, Vec<u8>)>,
+}
+
+impl Default for GgufWriter {
+    fn default() -> Self {
+        Self { version: 3, metadata: Vec::new(), tensors: Vec::new() }
+    }
 }
 
 impl GgufWriter {
@@ -15,7 +25,17 @@ impl GgufWriter {
         Self::default()
     }
 
+    /// The version number in the header (3 by default). Versions 2 and 3 share a layout; any
+    /// other number is written as is, over the same layout.
+    pub fn version(&mut self, version: u32) -> &mut Self {
+        self.version = version;
+        self
+    }
+
+    /// Adds a metadata entry. Panics on an array whose elements differ in type, which GGUF
+    /// cannot represent (nested arrays may differ from each other).
     pub fn meta(&mut self, key: &str, value: MetaValue) -> &mut Self {
+        assert!(is_homogeneous(&value), "GGUF arrays hold one element type; metadata {key:?} mixes them");
         self.metadata.push((key.to_string(), value));
         self
     }
@@ -32,15 +52,17 @@ impl GgufWriter {
     }
 
     pub fn to_bytes(&self) -> Vec<u8> {
+        // An invalid alignment is written as given, but the data is laid out with the default.
         let alignment = self
             .metadata
             .iter()
             .find(|(k, _)| k == "general.alignment")
             .and_then(|(_, v)| v.as_u64())
+            .filter(|a| a.is_power_of_two() && *a <= MAX_ALIGNMENT)
             .unwrap_or(DEFAULT_ALIGNMENT) as usize;
         let mut out = Vec::new();
         out.extend_from_slice(b"GGUF");
-        out.extend_from_slice(&3u32.to_le_bytes());
+        out.extend_from_slice(&self.version.to_le_bytes());
         out.extend_from_slice(&(self.tensors.len() as u64).to_le_bytes());
         out.extend_from_slice(&(self.metadata.len() as u64).to_le_bytes());
         for (k, v) in &self.metadata {
@@ -72,6 +94,15 @@ impl GgufWriter {
 fn write_str(out: &mut Vec<u8>, s: &str) {
     out.extend_from_slice(&(s.len() as u64).to_le_bytes());
     out.extend_from_slice(s.as_bytes());
+}
+
+fn is_homogeneous(v: &MetaValue) -> bool {
+    match v {
+        MetaValue::Array(items) => {
+            items.windows(2).all(|w| type_id(&w[0]) == type_id(&w[1])) && items.iter().all(is_homogeneous)
+        }
+        _ => true,
+    }
 }
 
 fn type_id(v: &MetaValue) -> u32 {
@@ -113,5 +144,104 @@ fn write_value(out: &mut Vec<u8>, v: &MetaValue) {
         MetaValue::U64(x) => out.extend_from_slice(&x.to_le_bytes()),
         MetaValue::I64(x) => out.extend_from_slice(&x.to_le_bytes()),
         MetaValue::F64(x) => out.extend_from_slice(&x.to_le_bytes()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gguf::GgufFile;
+
+    /// One entry of every value type, arrays of each, empty arrays and arrays of arrays.
+    fn every_value_type() -> Vec<(&'static str, MetaValue)> {
+        use MetaValue::*;
+        let s = |v: &str| String(v.into());
+        vec![
+            ("u8", U8(250)),
+            ("i8", I8(-120)),
+            ("u16", U16(65_000)),
+            ("i16", I16(-32_000)),
+            ("u32", U32(4_000_000_000)),
+            ("i32", I32(-2_000_000_000)),
+            ("f32", F32(-1.5e-7)),
+            ("bool", Bool(true)),
+            ("string", s("héllo, wörld")),
+            ("empty.string", s("")),
+            ("u64", U64(u64::MAX)),
+            ("i64", I64(i64::MIN)),
+            ("f64", F64(std::f64::consts::PI)),
+            ("array.u8", Array(vec![U8(0), U8(255)])),
+            ("array.i16", Array(vec![I16(-1), I16(2)])),
+            ("array.f32", Array(vec![F32(0.25), F32(-8.0), F32(f32::MAX)])),
+            ("array.bool", Array(vec![Bool(false), Bool(true)])),
+            ("array.string", Array(vec![s("a"), s(""), s("ccc")])),
+            ("array.u64", Array(vec![U64(1), U64(u64::MAX)])),
+            ("array.i64", Array(vec![I64(-1)])),
+            ("array.f64", Array(vec![F64(-0.5)])),
+            ("array.empty", Array(vec![])),
+            (
+                "array.nested",
+                Array(vec![
+                    Array(vec![U32(1), U32(2)]),
+                    Array(vec![]),
+                    Array(vec![s("x")]),
+                    Array(vec![Array(vec![I8(-3)])]),
+                ]),
+            ),
+        ]
+    }
+
+    fn round_trip(version: u32) {
+        let entries = every_value_type();
+        let mut w = GgufWriter::new();
+        w.version(version);
+        for (k, v) in &entries {
+            w.meta(k, v.clone());
+        }
+        let weights: Vec<f32> = (0..12).map(|i| i as f32 - 5.5).collect();
+        w.tensor("t", &[4, 3], GgmlType::F32, &weights);
+        let bytes = w.to_bytes();
+        let f = GgufFile::parse(&bytes).unwrap();
+        assert_eq!(f.version, version);
+        assert_eq!(f.metadata.len(), entries.len());
+        for (k, v) in &entries {
+            assert_eq!(f.get(k), Some(v), "metadata {k:?}");
+        }
+        assert_eq!(f.tensor("t").unwrap().to_f32(), weights);
+    }
+
+    #[test]
+    fn every_value_type_round_trips_in_version_3() {
+        round_trip(3);
+    }
+
+    #[test]
+    fn every_value_type_round_trips_in_version_2() {
+        round_trip(2);
+    }
+
+    #[test]
+    fn tensors_are_aligned_views_of_the_file() {
+        let mut w = GgufWriter::new();
+        w.meta("general.alignment", MetaValue::U32(64))
+            .tensor_raw("odd", &[3], GgmlType::F16, vec![1, 2, 3, 4, 5, 6])
+            .tensor_raw("next", &[2], GgmlType::F32, vec![7; 8]);
+        let bytes = w.to_bytes();
+        let f = GgufFile::parse(&bytes).unwrap();
+        assert_eq!(f.alignment, 64);
+        assert_eq!(f.data_offset % 64, 0);
+        let file = bytes.as_ptr_range();
+        for (name, want) in [("odd", &[1u8, 2, 3, 4, 5, 6][..]), ("next", &[7; 8][..])] {
+            let view = f.tensor(name).unwrap();
+            assert_eq!(view.data, want);
+            assert_eq!(view.info.offset % 64, 0);
+            assert!(file.contains(&view.data.as_ptr()), "{name} is not borrowed from the file");
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "mixes them")]
+    fn mixed_arrays_are_refused() {
+        GgufWriter::new().meta("mixed", MetaValue::Array(vec![MetaValue::U8(1), MetaValue::I8(1)]));
     }
 }

@@ -144,6 +144,14 @@ impl Config {
     }
 
     fn check_tensors(&self, f: &GgufFile) -> Result<(), ModelError> {
+        // Each layer has several tensors: a forged block count must not size the list below.
+        if self.n_layers > f.tensors.len() {
+            return Err(ModelError::BadConfig(format!(
+                "block_count {} exceeds the {} tensors in the file",
+                self.n_layers,
+                f.tensors.len()
+            )));
+        }
         for (name, want) in self.expected_tensors() {
             let info = f.tensor_info(&name).ok_or_else(|| ModelError::MissingTensor(name.clone()))?;
             if info.dims != want {
