@@ -41,6 +41,20 @@ fn matvec(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
     let nt = min(params.n_tokens, MATVEC_MAX_T);
     var acc = array<f32, MATVEC_MAX_T>();
     var k = 0u;
+    if (DTYPE >= TYPE_Q4_0) {
+        // Quantized rows are whole 32-blocks: dequantize a block at a time.
+        for (; k < K; k += 32u) {
+            let wb = block32(row, k / 32u);
+            for (var t = 0u; t < nt; t++) {
+                var s = 0.0;
+                for (var j = 0u; j < 8u; j++) {
+                    let xi = t * K + k + 4u * j;
+                    s += dot(wb[j], vec4<f32>(x[xi], x[xi + 1u], x[xi + 2u], x[xi + 3u]));
+                }
+                acc[t] += s;
+            }
+        }
+    }
     for (; k + 4u <= K; k += 4u) {
         let wv = weights4(row, k);
         for (var t = 0u; t < nt; t++) {
