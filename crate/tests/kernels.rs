@@ -329,10 +329,11 @@ fn kv_store_and_paged_attention() {
         }
     }
     let gpu = gpu(LimitsPolicy::Adapter);
-    // Decode against a long context, a large head dimension, odd page sizes, MHA.
+    // Decode against a long context, a large head dimension, an odd page size with MHA.
     check_kv_and_attention(gpu, &mut rng, 9, 3, 64, 16, 1500, 1);
     check_kv_and_attention(gpu, &mut rng, 4, 1, 256, 16, 40, 7);
     check_kv_and_attention(gpu, &mut rng, 3, 3, 32, 7, 20, 5);
+    check_kv_and_attention(gpu, &mut rng, 8, 1, 128, 16, 9, 3); // the largest group (MAX_GROUP)
 }
 
 #[test]
