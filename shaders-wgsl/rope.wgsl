@@ -18,8 +18,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         return;
     }
     let theta = f32(params.start_pos + t) * pow(BASE, -2.0 * f32(i) / f32(D));
-    let c = cos(theta);
-    let s = sin(theta);
+    // WGSL only bounds sin/cos error on [-π, π], and positions reach thousands of radians:
+    // reduce by 2π in two parts (Cody–Waite; 6.28125 has 8 significant bits, so n · 6.28125 is
+    // exact for n < 2^16, i.e. angles below ~4·10^5).
+    let n = round(theta * 0.15915494);
+    let r = (theta - n * 6.28125) - n * 1.9353072e-3;
+    let c = cos(r);
+    let s = sin(r);
     let a = x[2u * pair];
     let b = x[2u * pair + 1u];
     x[2u * pair] = a * c - b * s;

@@ -12,8 +12,8 @@ pub enum GpuError {
     RequestDevice(String),
     #[error("buffer readback failed: {0}")]
     Readback(String),
-    #[error("readback of {count} elements at {offset} exceeds buffer `{label}` of {size} bytes")]
-    ReadbackRange { label: String, offset: u64, count: u64, size: u64 },
+    #[error("readback of {bytes} bytes at byte {offset} exceeds the buffer's {size} bytes")]
+    ReadbackRange { offset: u64, bytes: u64, size: u64 },
     #[error("weight `{name}`: {reason}")]
     Weight { name: String, reason: String },
 }

@@ -3,12 +3,28 @@
 //! readback of results (`readback`) and one typed dispatcher per WGSL kernel file (`ops`).
 //!
 //! Per layer the engine encodes, with no copies between ops (every op reads and writes buffers
-//! allocated once at the maximum batch size; the rows processed come from `StepParams`):
-//! rmsnorm(x → h) → matmul q, k, v (h → q, k, v) → rope q, rope k (in place) →
-//! kv_store (k, v → this layer's paged caches) → attention_paged (q + caches → a) →
-//! matmul o (a, accumulate into x) → rmsnorm(x → h) → matmul gate, up (h → g, u) →
-//! silu_mul (g, u → f) → matmul down (f, accumulate into x); then rmsnorm(last row of x →
-//! h1) → matmul lm_head (h1 → logits, with a StepParams of n_tokens = 1) → read_f32(logits).
+//! allocated once at the maximum batch size and bound once; the rows processed come from the
+//! `StepParams` uniform the engine rewrites each forward call):
+//!
+//! | op | reads | writes |
+//! |----|-------|--------|
+//! | `RmsNorm` | x (T, C), attn_norm | h (T, C) |
+//! | `Matmul` ×3 | h, Wq / Wk / Wv | q (T, H·D), k (T, Hkv·D), v (T, Hkv·D) |
+//! | `Rope` ×2 | q, k | q, k in place |
+//! | `KvStore` | k, v, page table | this layer's k_cache, v_cache (f16 pairs) |
+//! | `AttentionPaged` | q, page table, k_cache, v_cache | a (T, H·D) |
+//! | `Matmul` (accumulate) | a, Wo | x += a·Woᵀ (the residual add) |
+//! | `RmsNorm` | x, ffn_norm | h |
+//! | `Matmul` ×2 | h, Wgate / Wup | g, u (T, F) |
+//! | `SiluMul` | g, u | f (T, F) |
+//! | `Matmul` (accumulate) | f, Wdown | x += f·Wdownᵀ |
+//!
+//! then `RmsNorm` with `last_row_only` (x → h1 (1, C)), `Matmul` for the LM head bound to a
+//! second `StepParams` buffer holding n_tokens = 1 (h1 → logits (1, V)), and `read_f32` of the
+//! logits (or `Argmax` and `read_u32` of one word for greedy decoding). Embedding (`Embed`,
+//! ids → x) opens the pass. Weights of any supported GGUF type are dequantized inside `Embed`
+//! and `Matmul`; a weight larger than the storage-binding limit is split by rows into parts,
+//! each dispatched over its own row range of the output.
 
 pub mod context;
 pub mod pipelines;

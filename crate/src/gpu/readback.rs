@@ -16,7 +16,7 @@ pub async fn read_u32(gpu: &Gpu, buf: &wgpu::Buffer, offset_elems: u64, count: u
 
 async fn read_bytes(gpu: &Gpu, buf: &wgpu::Buffer, offset: u64, len: u64) -> Result<Vec<u8>, GpuError> {
     if offset.checked_add(len).is_none_or(|end| end > buf.size()) {
-        return Err(GpuError::ReadbackRange { label: format!("{buf:?}"), offset, count: len / 4, size: buf.size() });
+        return Err(GpuError::ReadbackRange { offset, bytes: len, size: buf.size() });
     }
     if len == 0 {
         return Ok(Vec::new());

@@ -12,11 +12,13 @@ pub const KERNEL: Kernel = Kernel {
 
 /// Largest head dimension the kernel holds (attention_paged.wgsl MAX_D).
 pub const MAX_HEAD_DIM: usize = 256;
+/// Most query heads per KV head (attention_paged.wgsl MAX_G).
+pub const MAX_GROUP: usize = 8;
 
 /// q (T, H, D) f32 + the caches through page_table → out (T, H, D) f32: query t (position
 /// start_pos + t) attends positions 0..=start_pos+t of KV head h / (H / Hkv), scale 1/sqrt(D).
 pub struct AttentionPaged {
-    n_heads: u32,
+    n_kv_heads: u32,
     pipeline: wgpu::ComputePipeline,
 }
 
@@ -25,15 +27,19 @@ pub struct AttentionPagedBinding {
 }
 
 impl AttentionPaged {
-    /// `head_dim` must be even and at most `MAX_HEAD_DIM`; `n_kv_heads` must divide `n_heads`.
+    /// `head_dim` must be even and at most `MAX_HEAD_DIM`; `n_kv_heads` must divide `n_heads`
+    /// with at most `MAX_GROUP` query heads per KV head.
     pub fn new(gpu: &Gpu, n_heads: usize, n_kv_heads: usize, head_dim: usize, page_size: usize) -> Self {
-        assert!(head_dim % 2 == 0 && head_dim <= MAX_HEAD_DIM && n_kv_heads > 0 && n_heads % n_kv_heads == 0, "attention: unsupported heads {n_heads}/{n_kv_heads} × {head_dim}");
+        assert!(
+            head_dim % 2 == 0 && head_dim <= MAX_HEAD_DIM && n_kv_heads > 0 && n_heads % n_kv_heads == 0 && n_heads / n_kv_heads <= MAX_GROUP,
+            "attention: unsupported heads {n_heads}/{n_kv_heads} × {head_dim}"
+        );
         let key = PipelineKey::new(OpKind::AttentionPaged, "main")
             .with("H", n_heads as u32)
             .with("HKV", n_kv_heads as u32)
             .with("D", head_dim as u32)
             .with("PAGE", page_size as u32);
-        Self { n_heads: n_heads as u32, pipeline: gpu.pipeline(&KERNEL, key) }
+        Self { n_kv_heads: n_kv_heads as u32, pipeline: gpu.pipeline(&KERNEL, key) }
     }
 
     /// Binds `step` (StepParams), `q` (T, H, D) f32, `page_table` (pages) u32, the caches
@@ -48,7 +54,7 @@ impl AttentionPaged {
         }
         pass.set_pipeline(&self.pipeline);
         pass.set_bind_group(0, &binding.group, &[]);
-        // One workgroup per (head, token); both far below 65535.
-        pass.dispatch_workgroups(self.n_heads, n_tokens, 1);
+        // One workgroup per (KV head, token); both far below 65535.
+        pass.dispatch_workgroups(self.n_kv_heads, n_tokens, 1);
     }
 }
