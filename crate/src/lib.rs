@@ -11,3 +11,4 @@ pub mod tokenizer;
 pub mod gpu;
 pub mod kv;
 pub mod engine;
+pub mod bench;

@@ -1,1 +1,261 @@
-fn main() {}
+//! The radixlm command line: model info, generation, a terminal chat, and benchmarks.
+
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use radixlm::engine::sampling::SamplingParams;
+use radixlm::engine::{Engine, EngineOptions, Generation, Sequence};
+use radixlm::gguf::GgufFile;
+use radixlm::gpu::context::LimitsPolicy;
+use radixlm::gpu::executor::{block_on, open};
+use radixlm::model::Config;
+use radixlm::tokenizer::{ChatTemplate, Message};
+
+const DEFAULT_MODEL: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+
+#[derive(Parser)]
+#[command(name = "radixlm", version, about = "Run GGUF language models on the GPU through wgpu")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(clap::Args, Clone)]
+struct ModelArgs {
+    /// Path of a GGUF model.
+    #[arg(long, default_value = DEFAULT_MODEL)]
+    model: PathBuf,
+    /// KV cache budget in MiB.
+    #[arg(long, default_value_t = 256)]
+    kv_mib: u64,
+    /// Use only WebGPU's default limits, as a phone browser would offer.
+    #[arg(long)]
+    webgpu_limits: bool,
+}
+
+#[derive(clap::Args, Clone)]
+struct SamplingArgs {
+    #[arg(long, default_value_t = 128)]
+    max_tokens: usize,
+    /// 0 picks the most likely token every step.
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f32,
+    #[arg(long, default_value_t = 40)]
+    top_k: usize,
+    #[arg(long, default_value_t = 0.95)]
+    top_p: f32,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Stop when the reply contains this text (repeatable).
+    #[arg(long)]
+    stop: Vec<String>,
+}
+
+impl SamplingArgs {
+    fn params(&self) -> SamplingParams {
+        SamplingParams {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            seed: self.seed,
+            max_tokens: self.max_tokens,
+            stop: self.stop.clone(),
+            ignore_eos: false,
+        }
+    }
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print a GGUF model's architecture, shapes, tensor types and chat template.
+    Info { model: PathBuf },
+    /// Generate a continuation of a prompt, streaming it, then print a stats line.
+    Generate {
+        #[command(flatten)]
+        model: ModelArgs,
+        #[arg(long)]
+        prompt: String,
+        /// Wrap the prompt as a user message in the model's chat template.
+        #[arg(long)]
+        chat: bool,
+        #[command(flatten)]
+        sampling: SamplingArgs,
+    },
+    /// Chat with a model in the terminal.
+    Chat {
+        #[command(flatten)]
+        model: ModelArgs,
+        /// System prompt (the template's default when absent).
+        #[arg(long)]
+        system: Option<String>,
+        #[command(flatten)]
+        sampling: SamplingArgs,
+    },
+    /// Benchmarks.
+    Bench {
+        #[command(subcommand)]
+        which: Bench,
+    },
+}
+
+#[derive(Subcommand)]
+enum Bench {
+    /// Prefill tokens/s on a long prompt and decode tokens/s over a run of greedy tokens.
+    Throughput {
+        #[command(flatten)]
+        model: ModelArgs,
+        #[arg(long, default_value_t = 512)]
+        prefill_tokens: usize,
+        #[arg(long, default_value_t = 128)]
+        decode_tokens: usize,
+        #[arg(long, default_value_t = 3)]
+        repeats: usize,
+    },
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+type AnyError = Box<dyn std::error::Error>;
+
+fn read_model(path: &PathBuf) -> Result<Vec<u8>, AnyError> {
+    std::fs::read(path).map_err(|e| format!("cannot read model {}: {e}", path.display()).into())
+}
+
+fn load_engine(args: &ModelArgs) -> Result<Engine, AnyError> {
+    let bytes = read_model(&args.model)?;
+    let policy = if args.webgpu_limits { LimitsPolicy::WebGpuDefault } else { LimitsPolicy::Adapter };
+    let gpu = std::sync::Arc::new(open(policy)?);
+    let opts = EngineOptions { kv_budget_bytes: args.kv_mib << 20, ..EngineOptions::default() };
+    Ok(Engine::load(gpu, &bytes, &opts)?)
+}
+
+fn run(cli: Cli) -> Result<(), AnyError> {
+    match cli.command {
+        Command::Info { model } => info(&model),
+        Command::Generate { model, prompt, chat, sampling } => {
+            let mut engine = load_engine(&model)?;
+            let tokens = if chat {
+                engine.chat_tokens(&[Message { role: "user".into(), content: prompt }])?
+            } else {
+                engine.tokenizer.encode(&prompt, true)?
+            };
+            let mut seq = Sequence::default();
+            let gen = generate_streaming(&mut engine, &mut seq, &tokens, &sampling.params())?;
+            println!();
+            print_stats(&gen);
+            Ok(())
+        }
+        Command::Chat { model, system, sampling } => chat(&model, system, &sampling.params()),
+        Command::Bench { which: Bench::Throughput { model, prefill_tokens, decode_tokens, repeats } } => {
+            let mut engine = load_engine(&model)?;
+            let gpu = engine.gpu.clone();
+            let report = block_on(&gpu, radixlm::bench::throughput(&mut engine, prefill_tokens, decode_tokens, repeats))?;
+            println!("{report}");
+            println!("{}", serde_json::to_string(&report)?);
+            Ok(())
+        }
+    }
+}
+
+fn generate_streaming(engine: &mut Engine, seq: &mut Sequence, tokens: &[u32], params: &SamplingParams) -> Result<Generation, AnyError> {
+    let gpu = engine.gpu.clone();
+    let fut = engine.generate(seq, tokens, params, |piece| {
+        print!("{piece}");
+        let _ = std::io::stdout().flush();
+        true
+    });
+    Ok(block_on(&gpu, fut)?)
+}
+
+fn print_stats(gen: &Generation) {
+    let s = &gen.stats;
+    eprintln!(
+        "[prompt {} tokens ({} reused, {} prefilled) | TTFT {:.0} ms | prefill {:.1} tok/s | decode {:.1} tok/s | {} tokens, {:?}]",
+        s.prompt_tokens, s.reused_tokens, s.prefilled_tokens, s.ttft_ms, s.prefill_tokens_per_s, s.decode_tokens_per_s,
+        s.generated_tokens, gen.finish_reason
+    );
+}
+
+fn chat(model: &ModelArgs, system: Option<String>, params: &SamplingParams) -> Result<(), AnyError> {
+    eprintln!("loading {} ...", model.model.display());
+    let mut engine = load_engine(model)?;
+    eprintln!(
+        "radixlm chat — {} on {} ({}). Type a message; an empty line or Ctrl-D quits.",
+        model.model.file_name().unwrap_or_default().to_string_lossy(),
+        engine.gpu.info.name,
+        format!("{:?}", engine.gpu.info.backend).to_lowercase()
+    );
+    let mut messages: Vec<Message> = system.into_iter().map(|content| Message { role: "system".into(), content }).collect();
+    // Token-exact history: the reply is kept as generated, so each turn prefills only what is new.
+    let mut history: Vec<u32> = Vec::new();
+    let mut seq = Sequence::default();
+    let stdin = std::io::stdin();
+    loop {
+        print!("\n> ");
+        std::io::stdout().flush()?;
+        let mut line = String::new();
+        if stdin.lock().read_line(&mut line)? == 0 || line.trim().is_empty() {
+            return Ok(());
+        }
+        messages.push(Message { role: "user".into(), content: line.trim_end().to_string() });
+        let prompt = engine.chat_tokens(&messages)?;
+        // The template renders the whole conversation; keep our exact history where it agrees.
+        let common = history.iter().zip(&prompt).take_while(|(a, b)| a == b).count();
+        history.truncate(common);
+        history.extend_from_slice(&prompt[common..]);
+        let gen = generate_streaming(&mut engine, &mut seq, &history, params)?;
+        println!();
+        print_stats(&gen);
+        history.extend_from_slice(&gen.tokens);
+        messages.push(Message { role: "assistant".into(), content: gen.text.clone() });
+    }
+}
+
+fn info(path: &PathBuf) -> Result<(), AnyError> {
+    let bytes = read_model(path)?;
+    let file = GgufFile::parse(&bytes)?;
+    println!("file:          {} (GGUF v{}, {} bytes)", path.display(), file.version, bytes.len());
+    let s = |k: &str| file.get(k).and_then(|v| v.as_str()).unwrap_or("-").to_string();
+    println!("name:          {}", s("general.name"));
+    println!("architecture:  {}", s("general.architecture"));
+    match Config::from_gguf(&file) {
+        Ok(c) => {
+            println!("layers:        {}", c.n_layers);
+            println!("embedding:     {}", c.n_embd);
+            println!("feed-forward:  {}", c.n_ff);
+            println!("heads:         {} ({} KV heads, head dim {})", c.n_heads, c.n_kv_heads, c.head_dim);
+            println!("vocab:         {}", c.vocab_size);
+            println!("context:       {}", c.n_ctx_train);
+            println!("rope base:     {}", c.rope_base);
+            println!("rms eps:       {:e}", c.rms_eps);
+            println!("tied embed:    {}", c.tied_embeddings);
+        }
+        Err(e) => println!("config:        not runnable: {e}"),
+    }
+    let mut types: std::collections::BTreeMap<&str, (usize, u64)> = Default::default();
+    for t in &file.tensors {
+        let e = types.entry(t.ty.name()).or_default();
+        e.0 += 1;
+        e.1 += t.n_bytes;
+    }
+    println!("tensors:       {}", file.tensors.len());
+    for (ty, (n, b)) in types {
+        println!("  {ty:<6} {n:>4} tensors, {:>8.1} MiB", b as f64 / (1 << 20) as f64);
+    }
+    match ChatTemplate::from_gguf(&file) {
+        Ok(Some(_)) => println!("chat template:\n{}", s("tokenizer.chat_template")),
+        Ok(None) => println!("chat template: none"),
+        Err(e) => println!("chat template: unusable: {e}"),
+    }
+    Ok(())
+}

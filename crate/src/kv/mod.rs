@@ -1,8 +1,10 @@
-//! KV cache bookkeeping: page ids (`alloc`), chained page hashes (`hash`) and the radix tree
-//! that shares cached prefixes between sequences (`radix`). Nothing here knows the GPU.
+//! The KV cache: page ids (`alloc`), chained page hashes (`hash`) and the radix tree that
+//! shares cached prefixes between sequences (`radix`) know nothing of the GPU; `pool` holds the
+//! pages themselves in per-layer GPU buffers.
 
 pub mod alloc;
 pub mod hash;
+pub mod pool;
 pub mod radix;
 
 pub use alloc::{AllocError, PageAllocator};

@@ -105,6 +105,9 @@ struct Layer {
 /// All weights dequantized to f32.
 pub struct ReferenceModel {
     pub cfg: Config,
+    /// Round cached keys and values to f16, as the engine's KV pages store them (on by default:
+    /// the oracle checks the engine's arithmetic, not its storage format).
+    pub kv_f16: bool,
     token_embd: Vec<f32>, // (V, C)
     output_norm: Vec<f32>, // (C)
     output: Option<Vec<f32>>, // (V, C); None when tied to token_embd
@@ -147,6 +150,7 @@ impl ReferenceModel {
             })
             .collect::<Result<_, ModelError>>()?;
         Ok(Self {
+            kv_f16: true,
             token_embd: t("token_embd.weight")?,
             output_norm: t("output_norm.weight")?,
             output: if cfg.tied_embeddings { None } else { Some(t("output.weight")?) },
@@ -175,8 +179,15 @@ impl ReferenceModel {
             let v = matmul(&h, &w.wv, c, kvd);
             rope(&mut q, cfg.n_heads, d, start_pos, cfg.rope_base);
             rope(&mut k, cfg.n_kv_heads, d, start_pos, cfg.rope_base);
-            cache.k[l].extend_from_slice(&k);
-            cache.v[l].extend_from_slice(&v);
+            let stored = |x: Vec<f32>| -> Vec<f32> {
+                if self.kv_f16 {
+                    x.into_iter().map(|v| half::f16::from_f32(v).to_f32()).collect()
+                } else {
+                    x
+                }
+            };
+            cache.k[l].extend(stored(k));
+            cache.v[l].extend(stored(v));
             let a = attention(&q, &cache.k[l], &cache.v[l], cfg.n_heads, cfg.n_kv_heads, d, start_pos);
             let o = matmul(&a, &w.wo, c, c);
             x.iter_mut().zip(&o).for_each(|(x, o)| *x += o);

@@ -2,6 +2,7 @@
 //! tests, full-size shapes for benchmarks on machines the real weights cannot travel to.
 
 use crate::gguf::{GgmlType, GgufWriter, MetaValue};
+use crate::tokenizer::byte_level::byte_to_char;
 
 /// Shape and storage of a synthetic llama model.
 #[derive(Debug, Clone)]
@@ -67,6 +68,7 @@ impl SyntheticSpec {
             .meta("llama.rope.freq_base", MetaValue::F32(10_000.0))
             .meta("llama.attention.layer_norm_rms_epsilon", MetaValue::F32(1e-5))
             .meta("llama.vocab_size", u32m(self.vocab_size));
+        self.write_tokenizer(&mut w);
         let (c, f, v) = (self.n_embd as u64, self.n_ff as u64, self.vocab_size as u64);
         let kv = (self.n_kv_heads * (self.n_embd / self.n_heads)) as u64;
         // Scales chosen so activations stay O(1) through the layers.
@@ -99,6 +101,33 @@ impl SyntheticSpec {
             mat(&mut w, &mut rng, "output.weight", c, v, self.weight_type, s_c);
         }
         w.to_bytes()
+    }
+}
+
+impl SyntheticSpec {
+    /// A byte-level BPE vocabulary: the 256 byte tokens, ChatML's special tokens and control
+    /// fillers up to `vocab_size`, no merges (every byte is its own token), and ChatML's
+    /// template, so synthetic models tokenize and chat like real ones.
+    fn write_tokenizer(&self, w: &mut GgufWriter) {
+        const SPECIALS: [&str; 3] = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"];
+        assert!(self.vocab_size >= 256 + SPECIALS.len(), "synthetic vocab must hold the byte tokens");
+        let mut tokens: Vec<String> = (0..=255u8).map(|b| byte_to_char(b).to_string()).collect();
+        tokens.extend(SPECIALS.iter().map(|s| s.to_string()));
+        tokens.extend((tokens.len()..self.vocab_size).map(|i| format!("<|extra_{i}|>")));
+        let types = (0..self.vocab_size).map(|i| MetaValue::I32(if i < 256 { 1 } else { 3 })).collect();
+        let s = |v: &str| MetaValue::String(v.into());
+        w.meta("tokenizer.ggml.model", s("gpt2"))
+            .meta("tokenizer.ggml.pre", s("default"))
+            .meta("tokenizer.ggml.tokens", MetaValue::Array(tokens.into_iter().map(MetaValue::String).collect()))
+            .meta("tokenizer.ggml.token_type", MetaValue::Array(types))
+            .meta("tokenizer.ggml.merges", MetaValue::Array(Vec::new()))
+            .meta("tokenizer.ggml.bos_token_id", MetaValue::U32(257))
+            .meta("tokenizer.ggml.eos_token_id", MetaValue::U32(258))
+            .meta("tokenizer.ggml.add_bos_token", MetaValue::Bool(false))
+            .meta(
+                "tokenizer.chat_template",
+                s("{% for m in messages %}{{'<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"),
+            );
     }
 }
 

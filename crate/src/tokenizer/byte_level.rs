@@ -30,6 +30,15 @@ const CHAR_TO_BYTE: [i16; 256 + N_SHIFTED] = {
 
 /// The byte a vocabulary character stands for, or `None` for a character outside the
 /// alphabet.
+/// The character that stands for byte `b` in a vocabulary.
+pub(crate) fn byte_to_char(b: u8) -> char {
+    if is_self_mapped(b) {
+        return b as char;
+    }
+    let shifted = (0..b).filter(|&x| !is_self_mapped(x)).count() as u32;
+    char::from_u32(0x100 + shifted).expect("U+0100..U+0144 are characters")
+}
+
 pub(crate) fn char_to_byte(c: char) -> Option<u8> {
     let b = *CHAR_TO_BYTE.get(u32::from(c) as usize)?;
     u8::try_from(b).ok()

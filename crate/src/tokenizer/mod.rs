@@ -7,7 +7,7 @@
 //! renders `tokenizer.chat_template` with minijinja.
 
 mod bpe;
-mod byte_level;
+pub(crate) mod byte_level;
 pub mod chat;
 mod pretokenize;
 mod stream;

@@ -1,0 +1,65 @@
+//! The engine on small synthetic models: fast checks of batching, delta prefill at an offset
+//! and weight types the default model does not use, against the CPU reference.
+
+use std::sync::Arc;
+
+use radixlm::engine::{Engine, EngineOptions, Sequence};
+use radixlm::gguf::{GgmlType, GgufFile};
+use radixlm::gpu::context::LimitsPolicy;
+use radixlm::gpu::executor::{block_on, open};
+use radixlm::model::reference::{ReferenceCache, ReferenceModel};
+use radixlm::model::synthetic::SyntheticSpec;
+
+fn rel_err(got: &[f32], want: &[f32]) -> f32 {
+    let num: f32 = got.iter().zip(want).map(|(a, b)| (a - b) * (a - b)).sum();
+    let den: f32 = want.iter().map(|b| b * b).sum();
+    (num / den).sqrt()
+}
+
+fn tokens(n: usize, vocab: usize) -> Vec<u32> {
+    (0..n).map(|i| ((i * 7919 + 13) % vocab) as u32).collect()
+}
+
+/// Drives the forward pass with raw ids spread over the vocabulary.
+fn check(spec: SyntheticSpec, opts: EngineOptions, n: usize) {
+    let bytes = spec.to_gguf();
+    let reference = ReferenceModel::load(&GgufFile::parse(&bytes).unwrap()).unwrap();
+    let gpu = Arc::new(open(LimitsPolicy::WebGpuDefault).unwrap());
+    let mut engine = Engine::load(gpu.clone(), &bytes, &opts).unwrap();
+    let ids = tokens(n, spec.vocab_size);
+    let want = reference.forward(&ids, &mut ReferenceCache::default());
+    let want = &want[want.len() - spec.vocab_size..];
+
+    // All at once (in batches of max_batch).
+    let mut seq = Sequence::default();
+    let got = block_on(&gpu, engine.logits(&mut seq, &ids)).unwrap();
+    let e = rel_err(&got, want);
+    assert!(e < 1e-3, "{spec:?}: whole prompt: relative error {e:.2e}");
+
+    // The same sequence extended token by token from a prefix: delta prefill at an offset.
+    let mut seq2 = Sequence::default();
+    let split = n / 2 + 1;
+    block_on(&gpu, engine.logits(&mut seq2, &ids[..split])).unwrap();
+    let mut got = Vec::new();
+    for end in split + 1..=n {
+        got = block_on(&gpu, engine.logits(&mut seq2, &ids[..end])).unwrap();
+    }
+    let e = rel_err(&got, want);
+    assert!(e < 1e-3, "{spec:?}: prefix then one token at a time: relative error {e:.2e}");
+    engine.release(&mut seq);
+    engine.release(&mut seq2);
+}
+
+#[test]
+fn tiny_q4_1_model_in_small_batches_and_token_by_token() {
+    let opts = EngineOptions { max_batch: 8, ..Default::default() };
+    check(SyntheticSpec::tiny(), opts, 37);
+}
+
+#[test]
+fn every_weight_type_matches_the_reference() {
+    for ty in [GgmlType::F32, GgmlType::F16, GgmlType::Q4_0, GgmlType::Q8_0] {
+        let spec = SyntheticSpec { weight_type: ty, tied_embeddings: ty != GgmlType::F16, ..SyntheticSpec::tiny() };
+        check(spec, EngineOptions::default(), 21);
+    }
+}
