@@ -83,3 +83,151 @@ pub fn percentile(xs: &[f64], p: f64) -> f64 {
     let (lo, hi) = (rank.floor() as usize, rank.ceil() as usize);
     v[lo] + (v[hi] - v[lo]) * (rank - lo as f64)
 }
+
+/// A question that depends on the document before it, so its answer changes without one.
+const QUESTION: &str = "\nQuestion: what did the keeper write in the log each evening, and why? Answer:";
+
+/// Settings of the prefix-cache benchmark.
+#[derive(Debug, Clone)]
+pub struct PrefixBenchConfig {
+    pub prefix_lens: Vec<usize>,
+    pub delta: usize,
+    pub repeats: usize,
+    /// Greedy tokens compared between cold, warm and control runs.
+    pub check_tokens: usize,
+}
+
+impl Default for PrefixBenchConfig {
+    fn default() -> Self {
+        Self { prefix_lens: vec![128, 512, 1024], delta: 32, repeats: 5, check_tokens: 32 }
+    }
+}
+
+/// One prefix length's results. Figures are present only when every control passed.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PrefixRow {
+    pub prefix_len: usize,
+    pub delta: usize,
+    pub cold_ttft_ms: Vec<f64>,
+    pub warm_ttft_ms: Vec<f64>,
+    pub cold_prefilled: usize,
+    pub warm_prefilled: usize,
+    pub warm_reused: usize,
+    /// Which correctness control failed, if any; a failed row reports no speedup.
+    pub failed_control: Option<String>,
+    pub cold_median_ms: f64,
+    pub cold_p95_ms: f64,
+    pub warm_median_ms: f64,
+    pub warm_p95_ms: f64,
+    pub speedup: Option<f64>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PrefixReport {
+    pub device: String,
+    pub page_size: usize,
+    pub repeats: usize,
+    pub check_tokens: usize,
+    pub rows: Vec<PrefixRow>,
+}
+
+impl PrefixReport {
+    pub fn all_controls_passed(&self) -> bool {
+        self.rows.iter().all(|r| r.failed_control.is_none())
+    }
+}
+
+/// The prefix-cache benchmark (DESIGN.md, "The benchmark protocol"). For each prefix length P:
+/// cold = empty cache, prefix + suffix; warm = the prefix run once untimed, then prefix + suffix;
+/// control = the suffix alone. Cold and warm TTFTs are measured in interleaved repeats.
+/// Correctness is part of the measurement: warm's greedy tokens must equal cold's, and must
+/// differ from the control's (a cache that dropped the prefix would answer like the control);
+/// every timed warm run's first token must equal cold's. A failed control voids the row.
+pub async fn prefix(engine: &mut Engine, cfg: &PrefixBenchConfig) -> Result<PrefixReport, EngineError> {
+    let question = engine.tokenizer.encode(QUESTION, false)?;
+    let suffix: Vec<u32> = question.iter().copied().cycle().take(cfg.delta).collect();
+    let greedy = |n| SamplingParams { ignore_eos: true, ..SamplingParams::greedy(n) };
+    let mut rows = Vec::new();
+    for &p in &cfg.prefix_lens {
+        let prefix = prompt_of_len(engine, p)?;
+        let prompt: Vec<u32> = prefix.iter().chain(&suffix).copied().collect();
+
+        let cold = run(engine, None, &prompt, &greedy(cfg.check_tokens)).await?;
+        let warm = run(engine, Some(&prefix), &prompt, &greedy(cfg.check_tokens)).await?;
+        let control = run(engine, None, &suffix, &greedy(cfg.check_tokens)).await?;
+        let mut failed = None;
+        if warm.tokens != cold.tokens {
+            failed = Some(format!("warm greedy {} tokens differ from cold", cfg.check_tokens));
+        } else if warm.tokens == control.tokens {
+            failed = Some("warm greedy tokens equal the suffix-alone control (prefix context lost)".to_string());
+        }
+
+        let (mut cold_ms, mut warm_ms) = (Vec::new(), Vec::new());
+        for _ in 0..cfg.repeats.max(1) {
+            let c = run(engine, None, &prompt, &greedy(1)).await?;
+            let w = run(engine, Some(&prefix), &prompt, &greedy(1)).await?;
+            if failed.is_none() && (c.tokens[0] != cold.tokens[0] || w.tokens[0] != cold.tokens[0]) {
+                failed = Some("a timed run's first token differs from cold's".to_string());
+            }
+            cold_ms.push(c.stats.ttft_ms);
+            warm_ms.push(w.stats.ttft_ms);
+        }
+        let ok = failed.is_none();
+        rows.push(PrefixRow {
+            prefix_len: p,
+            delta: cfg.delta,
+            cold_prefilled: cold.stats.prefilled_tokens,
+            warm_prefilled: warm.stats.prefilled_tokens,
+            warm_reused: warm.stats.reused_tokens,
+            failed_control: failed,
+            cold_median_ms: median(&cold_ms),
+            cold_p95_ms: percentile(&cold_ms, 95.0),
+            warm_median_ms: median(&warm_ms),
+            warm_p95_ms: percentile(&warm_ms, 95.0),
+            speedup: ok.then(|| median(&cold_ms) / median(&warm_ms)),
+            cold_ttft_ms: cold_ms,
+            warm_ttft_ms: warm_ms,
+        });
+        engine.clear_cache();
+    }
+    Ok(PrefixReport {
+        device: format!("{} ({:?})", engine.gpu.info.name, engine.gpu.info.backend),
+        page_size: engine.cache_stats().page_size,
+        repeats: cfg.repeats.max(1),
+        check_tokens: cfg.check_tokens,
+        rows,
+    })
+}
+
+/// One request from an empty cache, after caching `warm_with` (untimed) when given.
+async fn run(engine: &mut Engine, warm_with: Option<&[u32]>, prompt: &[u32], params: &SamplingParams) -> Result<crate::engine::Generation, EngineError> {
+    engine.clear_cache();
+    if let Some(prefix) = warm_with {
+        let mut seq = Sequence::default();
+        let r = engine.logits(&mut seq, prefix).await;
+        engine.release(&mut seq);
+        r?;
+    }
+    let mut seq = Sequence::default();
+    let g = engine.generate(&mut seq, prompt, params, |_| true).await;
+    engine.release(&mut seq);
+    g
+}
+
+impl fmt::Display for PrefixReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "device: {} | page size {} | {} repeats | controls over {} greedy tokens", self.device, self.page_size, self.repeats, self.check_tokens)?;
+        writeln!(f, "| prefix | delta | cold TTFT ms (median / p95) | warm TTFT ms (median / p95) | speedup | prefilled cold / warm | controls |")?;
+        writeln!(f, "|-------:|------:|----------------------------:|----------------------------:|--------:|----------------------:|----------|")?;
+        for r in &self.rows {
+            let speedup = r.speedup.map_or("—".to_string(), |s| format!("{s:.1}x"));
+            let controls = r.failed_control.as_deref().map_or("pass".to_string(), |c| format!("FAIL: {c}"));
+            writeln!(
+                f,
+                "| {:>6} | {:>5} | {:>12.0} / {:>12.0} | {:>12.0} / {:>12.0} | {:>7} | {:>10} / {:>9} | {} |",
+                r.prefix_len, r.delta, r.cold_median_ms, r.cold_p95_ms, r.warm_median_ms, r.warm_p95_ms, speedup, r.cold_prefilled, r.warm_prefilled, controls
+            )?;
+        }
+        Ok(())
+    }
+}

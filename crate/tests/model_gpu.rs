@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use radixlm::engine::{Engine, EngineError, EngineOptions, Sequence};
 use radixlm::gguf::GgufFile;
+use radixlm::kv::CacheError;
 use radixlm::gpu::context::LimitsPolicy;
 use radixlm::gpu::executor::{block_on, open};
 use radixlm::model::reference::{ReferenceCache, ReferenceModel};
@@ -147,11 +148,13 @@ fn a_prompt_over_the_context_or_the_kv_budget_is_a_clear_error() {
     let opts = EngineOptions { kv_budget_bytes: 4 * page, max_context: Some(8192), ..Default::default() };
     let mut engine = Engine::load(gpu.clone(), &bytes, &opts).unwrap();
     assert_eq!(engine.kv_capacity_tokens(), 64);
-    // One sequence holds three of the four pages; another needing two is refused.
+    // One sequence holds three of the four pages; another needing two (sharing nothing with
+    // it) is refused, and the held pages are untouched.
     let mut held = Sequence::default();
     block_on(&gpu, engine.logits(&mut held, &long[..48])).unwrap();
-    let err = block_on(&gpu, engine.logits(&mut Sequence::default(), &long[..32])).unwrap_err();
-    assert!(matches!(err, EngineError::KvBudgetExceeded { needed_tokens: 32, .. }), "{err}");
+    let other: Vec<u32> = (0..32).map(|i| 5000 + i).collect();
+    let err = block_on(&gpu, engine.logits(&mut Sequence::default(), &other)).unwrap_err();
+    assert!(matches!(err, EngineError::Cache(CacheError::Full { needed_tokens: 32, .. })), "{err}");
     assert!(err.to_string().contains("KV cache budget"), "{err}");
     engine.release(&mut held);
     // The engine still works after the refusal.

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use radixlm::engine::sampling::SamplingParams;
+use radixlm::engine::session::ChatSession;
 use radixlm::engine::{Engine, EngineOptions, Generation, Sequence};
 use radixlm::gguf::GgufFile;
 use radixlm::gpu::context::LimitsPolicy;
@@ -113,6 +114,22 @@ enum Bench {
         #[arg(long, default_value_t = 3)]
         repeats: usize,
     },
+    /// TTFT with and without a cached prefix, with correctness controls (exits non-zero if one fails).
+    Prefix {
+        #[command(flatten)]
+        model: ModelArgs,
+        /// Prefix lengths in tokens.
+        #[arg(long, value_delimiter = ',', default_value = "128,512,1024")]
+        prefix_lens: Vec<usize>,
+        /// Also run 2048 and 4096 (slow on software GPUs).
+        #[arg(long)]
+        long: bool,
+        /// New tokens after the prefix.
+        #[arg(long, default_value_t = 32)]
+        delta: usize,
+        #[arg(long, default_value_t = 5)]
+        repeats: usize,
+    },
 }
 
 fn main() -> ExitCode {
@@ -155,6 +172,21 @@ fn run(cli: Cli) -> Result<(), AnyError> {
             print_stats(&gen);
             Ok(())
         }
+        Command::Bench { which: Bench::Prefix { model, mut prefix_lens, long, delta, repeats } } => {
+            if long {
+                prefix_lens.extend([2048, 4096]);
+            }
+            let mut engine = load_engine(&model)?;
+            let gpu = engine.gpu.clone();
+            let cfg = radixlm::bench::PrefixBenchConfig { prefix_lens, delta, repeats, ..Default::default() };
+            let report = block_on(&gpu, radixlm::bench::prefix(&mut engine, &cfg))?;
+            println!("{report}");
+            println!("{}", serde_json::to_string(&report)?);
+            match report.rows.iter().find_map(|r| r.failed_control.as_ref().map(|c| (r.prefix_len, c))) {
+                Some((p, c)) => Err(format!("correctness control failed at prefix {p}: {c}").into()),
+                None => Ok(()),
+            }
+        }
         Command::Chat { model, system, sampling } => chat(&model, system, &sampling.params()),
         Command::Bench { which: Bench::Throughput { model, prefill_tokens, decode_tokens, repeats } } => {
             let mut engine = load_engine(&model)?;
@@ -195,29 +227,25 @@ fn chat(model: &ModelArgs, system: Option<String>, params: &SamplingParams) -> R
         engine.gpu.info.name,
         format!("{:?}", engine.gpu.info.backend).to_lowercase()
     );
-    let mut messages: Vec<Message> = system.into_iter().map(|content| Message { role: "system".into(), content }).collect();
-    // Token-exact history: the reply is kept as generated, so each turn prefills only what is new.
-    let mut history: Vec<u32> = Vec::new();
-    let mut seq = Sequence::default();
+    let mut session = ChatSession::new(system.as_deref());
     let stdin = std::io::stdin();
     loop {
         print!("\n> ");
         std::io::stdout().flush()?;
         let mut line = String::new();
         if stdin.lock().read_line(&mut line)? == 0 || line.trim().is_empty() {
+            session.close(&mut engine);
             return Ok(());
         }
-        messages.push(Message { role: "user".into(), content: line.trim_end().to_string() });
-        let prompt = engine.chat_tokens(&messages)?;
-        // The template renders the whole conversation; keep our exact history where it agrees.
-        let common = history.iter().zip(&prompt).take_while(|(a, b)| a == b).count();
-        history.truncate(common);
-        history.extend_from_slice(&prompt[common..]);
-        let gen = generate_streaming(&mut engine, &mut seq, &history, params)?;
+        let gpu = engine.gpu.clone();
+        let reply = session.send(&mut engine, line.trim_end(), params, |piece| {
+            print!("{piece}");
+            let _ = std::io::stdout().flush();
+            true
+        });
+        let gen = block_on(&gpu, reply)?;
         println!();
         print_stats(&gen);
-        history.extend_from_slice(&gen.tokens);
-        messages.push(Message { role: "assistant".into(), content: gen.text.clone() });
     }
 }
 

@@ -6,6 +6,8 @@
 
 pub mod forward;
 pub mod sampling;
+pub mod session;
+mod stop;
 pub mod weights;
 
 use std::sync::Arc;
@@ -15,11 +17,14 @@ use web_time::Instant;
 use crate::gguf::{GgufError, GgufFile};
 use crate::gpu::context::{Gpu, GpuError};
 use crate::kv::pool::{KvPool, DEFAULT_PAGE_SIZE};
+use crate::kv::{CacheError, CacheStats, PrefixCache};
+use crate::model::fingerprint::fingerprint;
 use crate::model::{Config, ModelError};
 use crate::tokenizer::{ChatTemplate, StreamDecoder, Tokenizer, TokenizerError};
 
 use forward::Forward;
 use sampling::{Sampler, SamplingParams};
+use stop::StopMatcher;
 use weights::ModelWeights;
 
 #[derive(Debug, thiserror::Error)]
@@ -34,8 +39,8 @@ pub enum EngineError {
     Tokenizer(#[from] TokenizerError),
     #[error("the prompt is {prompt_tokens} tokens, over the context limit of {limit} tokens")]
     PromptTooLong { prompt_tokens: usize, limit: usize },
-    #[error("the KV cache budget holds {capacity_tokens} tokens; this request needs {needed_tokens}. Raise the KV budget or shorten the prompt")]
-    KvBudgetExceeded { needed_tokens: usize, capacity_tokens: usize },
+    #[error(transparent)]
+    Cache(#[from] CacheError),
     #[error("the prompt is empty")]
     EmptyPrompt,
     #[error("the model has no chat template (tokenizer.chat_template)")]
@@ -60,19 +65,7 @@ impl Default for EngineOptions {
     }
 }
 
-/// A token sequence whose KV lives in pool pages: `pages` cover `tokens` in order.
-#[derive(Debug, Default)]
-pub struct Sequence {
-    tokens: Vec<u32>,
-    pages: Vec<u32>,
-}
-
-impl Sequence {
-    /// Tokens whose keys and values are cached.
-    pub fn tokens(&self) -> &[u32] {
-        &self.tokens
-    }
-}
+pub use crate::kv::Sequence;
 
 /// Why generation ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -103,9 +96,13 @@ pub struct GenerationStats {
 
 #[derive(Debug, Clone)]
 pub struct Generation {
+    /// Every token sampled, up to (not including) an end-of-sequence token.
     pub tokens: Vec<u32>,
+    /// The decoded reply, cut before a stop string if one appeared.
     pub text: String,
     pub finish_reason: FinishReason,
+    /// A stop string ended the reply (so `text` may end inside `tokens`).
+    pub hit_stop_string: bool,
     pub stats: GenerationStats,
 }
 
@@ -116,9 +113,13 @@ pub struct Engine {
     pub tokenizer: Tokenizer,
     pub chat_template: Option<ChatTemplate>,
     pub max_context: usize,
+    /// Identifies the model's weights, metadata and tokenizer; seeds the cache's page hashes.
+    pub fingerprint: u128,
+    cache: PrefixCache,
     /// Owned here so the weights live as long as the bind groups that read them.
     _weights: ModelWeights,
-    pool: KvPool,
+    /// The KV pages the forward pass's bind groups read and write.
+    _pool: KvPool,
     forward: Forward,
 }
 
@@ -129,16 +130,42 @@ impl Engine {
         let cfg = Config::from_gguf(&file)?;
         let tokenizer = Tokenizer::from_gguf(&file)?;
         let chat_template = ChatTemplate::from_gguf(&file)?;
+        let fingerprint = fingerprint(&file);
         let weights = ModelWeights::upload(&gpu, &file, &cfg)?;
         let pool = KvPool::new(&gpu, &cfg, opts.page_size, opts.kv_budget_bytes);
-        let max_context = opts.max_context.unwrap_or(cfg.n_ctx_train).min(cfg.n_ctx_train).min(pool.capacity_tokens());
+        let cache = PrefixCache::new(pool.n_pages as u32, opts.page_size, fingerprint);
+        let max_context = opts.max_context.unwrap_or(cfg.n_ctx_train).min(cfg.n_ctx_train).min(cache.capacity_tokens());
         let max_pages = max_context.div_ceil(opts.page_size);
         let forward = Forward::new(&gpu, &cfg, &weights, &pool, opts.max_batch, max_pages)?;
-        Ok(Self { gpu, cfg, tokenizer, chat_template, max_context, _weights: weights, pool, forward })
+        Ok(Self { gpu, cfg, tokenizer, chat_template, max_context, fingerprint, cache, _weights: weights, _pool: pool, forward })
     }
 
     pub fn kv_capacity_tokens(&self) -> usize {
-        self.pool.capacity_tokens()
+        self.cache.capacity_tokens()
+    }
+
+    pub fn cache_stats(&self) -> CacheStats {
+        self.cache.stats()
+    }
+
+    /// Evicts every cached prefix that no live sequence holds (pinned ones too).
+    pub fn clear_cache(&mut self) {
+        self.cache.clear();
+    }
+
+    /// Computes (if not cached) and pins `tokens`' whole pages so eviction never takes them:
+    /// for system prompts and tool schemas every request starts with. Returns the pinned length.
+    pub async fn pin(&mut self, tokens: &[u32]) -> Result<usize, EngineError> {
+        let mut seq = Sequence::default();
+        let result = self.logits(&mut seq, tokens).await;
+        self.cache.release(&mut seq);
+        result?;
+        Ok(self.cache.pin(tokens))
+    }
+
+    /// Undoes one `pin` of the same tokens; false if they were not pinned.
+    pub fn unpin(&mut self, tokens: &[u32]) -> bool {
+        self.cache.unpin(tokens)
     }
 
     /// Tokens of a rendered chat conversation, ending with the assistant's turn opening.
@@ -148,57 +175,24 @@ impl Engine {
         Ok(self.tokenizer.encode(&text, true)?)
     }
 
-    /// Frees a sequence's pages.
+    /// Ends a sequence: its full pages stay cached for later requests, the rest is freed.
     pub fn release(&mut self, seq: &mut Sequence) {
-        self.free_pages(&seq.pages);
-        seq.pages.clear();
-        seq.tokens.clear();
-    }
-
-    /// Keeps the longest prefix of `seq` shared with `tokens` (always leaving at least one token
-    /// of `tokens` to compute, so logits come from a real forward pass), frees pages past it,
-    /// and returns the kept length.
-    fn keep_common_prefix(&mut self, seq: &mut Sequence, tokens: &[u32]) -> usize {
-        let common = seq.tokens.iter().zip(tokens).take_while(|(a, b)| a == b).count();
-        let keep = common.min(tokens.len() - 1);
-        seq.tokens.truncate(keep);
-        let pages = keep.div_ceil(self.pool.page_size);
-        self.free_pages(&seq.pages[pages..]);
-        seq.pages.truncate(pages);
-        keep
-    }
-
-    fn free_pages(&mut self, pages: &[u32]) {
-        // A sequence owns its pages exclusively, so a failure here is a bookkeeping bug.
-        self.pool.alloc.free(pages).expect("sequence pages are allocated and owned once");
-    }
-
-    /// Makes `seq`'s pages cover `len` tokens.
-    fn reserve(&mut self, seq: &mut Sequence, len: usize) -> Result<(), EngineError> {
-        let need = len.div_ceil(self.pool.page_size).saturating_sub(seq.pages.len());
-        if need > 0 {
-            let pages = self.pool.alloc.alloc(need).ok_or(EngineError::KvBudgetExceeded {
-                needed_tokens: len,
-                capacity_tokens: seq.pages.len() * self.pool.page_size + self.pool.alloc.n_free() * self.pool.page_size,
-            })?;
-            seq.pages.extend(pages);
-        }
-        Ok(())
+        self.cache.release(seq);
     }
 
     /// Computes the KV of `tokens[seq.len()..]` and returns the last token's logits.
     async fn prefill(&mut self, seq: &mut Sequence, tokens: &[u32]) -> Result<Vec<f32>, EngineError> {
-        let start = seq.tokens.len();
-        self.reserve(seq, tokens.len())?;
+        let start = seq.len();
+        self.cache.reserve(seq, tokens.len())?;
         let mut logits = None;
         let mut pos = start;
         while pos < tokens.len() {
             let end = (pos + self.forward.max_batch).min(tokens.len());
             let is_last = end == tokens.len();
-            logits = self.forward.run(&self.gpu, &tokens[pos..end], pos, &seq.pages, is_last).await?;
+            logits = self.forward.run(&self.gpu, &tokens[pos..end], pos, seq.pages(), is_last).await?;
             pos = end;
         }
-        seq.tokens.extend_from_slice(&tokens[start..]);
+        seq.extend(&tokens[start..]);
         Ok(logits.expect("prefill of at least one token"))
     }
 
@@ -206,8 +200,10 @@ impl Engine {
     /// the logits of the last token. The oracle tests compare these against the CPU reference.
     pub async fn logits(&mut self, seq: &mut Sequence, tokens: &[u32]) -> Result<Vec<f32>, EngineError> {
         self.check_prompt(tokens)?;
-        self.keep_common_prefix(seq, tokens);
-        self.prefill(seq, tokens).await
+        self.cache.adopt(seq, tokens);
+        let logits = self.prefill(seq, tokens).await;
+        self.cache.commit(seq);
+        logits
     }
 
     fn check_prompt(&self, tokens: &[u32]) -> Result<(), EngineError> {
@@ -232,8 +228,15 @@ impl Engine {
     ) -> Result<Generation, EngineError> {
         self.check_prompt(prompt)?;
         let started = Instant::now();
-        let reused = self.keep_common_prefix(seq, prompt);
-        let mut logits = self.prefill(seq, prompt).await?;
+        let reused = self.cache.adopt(seq, prompt);
+        let prefilled = self.prefill(seq, prompt).await;
+        let mut logits = match prefilled {
+            Ok(l) => l,
+            Err(e) => {
+                self.cache.commit(seq);
+                return Err(e);
+            }
+        };
         let prefill_s = started.elapsed().as_secs_f64();
 
         let mut sampler = Sampler::new(params.clone());
@@ -260,16 +263,20 @@ impl Engine {
             if out.len() >= params.max_tokens {
                 break FinishReason::Length;
             }
-            if seq.tokens.len() + 1 > self.max_context {
+            if seq.len() + 1 > self.max_context || self.cache.reserve(seq, seq.len() + 1).is_err() {
                 break FinishReason::ContextFull;
             }
-            let len = seq.tokens.len() + 1;
-            if self.reserve(seq, len).is_err() {
-                break FinishReason::ContextFull;
+            match self.forward.run(&self.gpu, &[token], seq.len(), seq.pages(), true).await {
+                Ok(l) => logits = l.expect("logits requested"),
+                Err(e) => {
+                    self.cache.commit(seq);
+                    return Err(e);
+                }
             }
-            logits = self.forward.run(&self.gpu, &[token], seq.tokens.len(), &seq.pages, true).await?.expect("logits");
-            seq.tokens.push(token);
+            seq.extend(&[token]);
         };
+        // The prompt's and the reply's full pages become reusable by later requests.
+        self.cache.commit(seq);
         // Release what was held back: an unfinished character, or text that only looked like
         // the start of a stop string.
         if !stops.stopped() {
@@ -297,88 +304,8 @@ impl Engine {
             tokens: out,
             text,
             finish_reason: finish,
+            hit_stop_string: stops.stopped(),
         })
     }
 }
 
-/// Holds back text that could be the start of a stop string, so a stop string is never
-/// streamed to the user, and detects when one completes.
-struct StopMatcher<'a> {
-    stops: &'a [String],
-    text: String,
-    emitted: usize,
-    stopped: bool,
-}
-
-impl<'a> StopMatcher<'a> {
-    fn new(stops: &'a [String]) -> Self {
-        Self { stops, text: String::new(), emitted: 0, stopped: false }
-    }
-
-    /// Appends a piece; returns the text now safe to emit and whether a stop string completed.
-    fn push(&mut self, piece: &str) -> (String, bool) {
-        self.text.push_str(piece);
-        for s in self.stops.iter().filter(|s| !s.is_empty()) {
-            if let Some(at) = self.text[self.emitted..].find(s.as_str()) {
-                let end = self.emitted + at;
-                self.text.truncate(end);
-                self.stopped = true;
-                return (self.take_until(end), true);
-            }
-        }
-        // Hold back the longest suffix that is a proper prefix of some stop string.
-        let hold = self
-            .stops
-            .iter()
-            .flat_map(|s| (1..s.len()).filter(move |&n| s.is_char_boundary(n)).map(move |n| &s[..n]))
-            .filter(|p| self.text[self.emitted..].ends_with(p))
-            .map(str::len)
-            .max()
-            .unwrap_or(0);
-        let end = self.text.len() - hold;
-        (self.take_until(end), false)
-    }
-
-    fn take_until(&mut self, end: usize) -> String {
-        let s = self.text[self.emitted..end].to_string();
-        self.emitted = end;
-        s
-    }
-
-    fn flush(&mut self) -> String {
-        self.take_until(self.text.len())
-    }
-
-    fn stopped(&self) -> bool {
-        self.stopped
-    }
-
-    fn text(&self) -> &str {
-        &self.text
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::StopMatcher;
-
-    #[test]
-    fn stop_strings_are_held_back_and_cut() {
-        let stops = vec!["\nUser:".to_string()];
-        let mut m = StopMatcher::new(&stops);
-        assert_eq!(m.push("Hello"), ("Hello".into(), false));
-        assert_eq!(m.push(" there\nUs"), (" there".into(), false));
-        assert_eq!(m.push("er: hi"), ("".into(), true));
-        assert_eq!(m.text(), "Hello there");
-    }
-
-    #[test]
-    fn held_text_that_is_not_a_stop_is_released() {
-        let stops = vec!["END".to_string()];
-        let mut m = StopMatcher::new(&stops);
-        assert_eq!(m.push("the E"), ("the ".into(), false));
-        assert_eq!(m.push("nd"), ("End".into(), false));
-        assert_eq!(m.push(" EN"), (" ".into(), false));
-        assert_eq!(m.flush(), "EN");
-    }
-}

@@ -2,7 +2,6 @@
 //! token slots. A sequence's page table lists its pages in order; attention reads through it,
 //! so sequences that share a prefix can share pages with zero copies.
 
-use super::alloc::PageAllocator;
 use crate::gpu::context::Gpu;
 use crate::model::Config;
 
@@ -21,8 +20,7 @@ pub struct KvPool {
     pub k: Vec<wgpu::Buffer>,
     /// Per layer, same layout as `k`.
     pub v: Vec<wgpu::Buffer>,
-    pub alloc: PageAllocator,
-    pub budget_bytes: u64,
+    pub n_pages: usize,
 }
 
 impl KvPool {
@@ -40,17 +38,7 @@ impl KvPool {
             page_size,
             k: (0..cfg.n_layers).map(|i| layer("k", i)).collect(),
             v: (0..cfg.n_layers).map(|i| layer("v", i)).collect(),
-            alloc: PageAllocator::new(n_pages as u32),
-            budget_bytes: n_pages * page_bytes(cfg, page_size),
+            n_pages: n_pages as usize,
         }
-    }
-
-    pub fn n_pages(&self) -> usize {
-        self.alloc.capacity() as usize
-    }
-
-    /// Token capacity of the whole pool.
-    pub fn capacity_tokens(&self) -> usize {
-        self.n_pages() * self.page_size
     }
 }

@@ -2,6 +2,7 @@
 //! that every GPU kernel and the whole GPU engine are tested against.
 
 pub mod config;
+pub mod fingerprint;
 pub mod reference;
 pub mod synthetic;
 

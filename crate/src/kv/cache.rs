@@ -1,0 +1,210 @@
+//! The prefix cache's bookkeeping: which pages hold which tokens, for the radix tree and for
+//! each running sequence. Pure Rust over page ids; the engine moves the data on the GPU.
+//!
+//! A sequence's pages are a prefix of pages owned by the tree (shared, protected by a lock on
+//! the tree node that ends them) followed by pages it owns alone (new pages being filled, and
+//! the partial last page, which is never shared). A request adopts the longest cached prefix,
+//! computes the rest into private pages, and commits its full pages to the tree at the end.
+
+use super::alloc::PageAllocator;
+use super::hash::PageHash;
+use super::radix::{NodeId, RadixStats, RadixTree};
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum CacheError {
+    #[error("the KV cache budget holds {capacity_tokens} tokens; this request needs {needed_tokens}. Raise the KV budget or shorten the prompt")]
+    Full { needed_tokens: usize, capacity_tokens: usize },
+}
+
+/// A token sequence whose KV lives in pool pages: `pages` cover `tokens` in order.
+#[derive(Debug, Default)]
+pub struct Sequence {
+    tokens: Vec<u32>,
+    pages: Vec<u32>,
+    /// How many leading pages belong to the tree.
+    shared: usize,
+    /// The tree node ending the shared pages, locked while this sequence holds them.
+    lock: Option<NodeId>,
+}
+
+impl Sequence {
+    /// Tokens whose keys and values are cached.
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+
+    /// The page table: page ids covering `tokens()` (and any pages reserved past them).
+    pub fn pages(&self) -> &[u32] {
+        &self.pages
+    }
+
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+
+    /// Records that `tokens` now have their KV written into the sequence's pages.
+    pub fn extend(&mut self, tokens: &[u32]) {
+        self.tokens.extend_from_slice(tokens);
+    }
+}
+
+/// Cache occupancy, in pages.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct CacheStats {
+    pub page_size: usize,
+    pub total_pages: usize,
+    pub free_pages: usize,
+    pub cached_pages: usize,
+    pub evictable_pages: usize,
+    pub locked_pages: usize,
+    pub pinned_pages: usize,
+    pub nodes: usize,
+}
+
+pub struct PrefixCache {
+    tree: RadixTree<u32>,
+    alloc: PageAllocator,
+    page_size: usize,
+}
+
+impl PrefixCache {
+    /// A cache of `n_pages` pages of `page_size` tokens whose page hashes are seeded with the
+    /// model fingerprint.
+    pub fn new(n_pages: u32, page_size: usize, fingerprint: u128) -> Self {
+        let tree = RadixTree::new(page_size, PageHash::root(fingerprint)).expect("page size is positive");
+        Self { tree, alloc: PageAllocator::new(n_pages), page_size }
+    }
+
+    pub fn page_size(&self) -> usize {
+        self.page_size
+    }
+
+    pub fn capacity_tokens(&self) -> usize {
+        self.alloc.capacity() as usize * self.page_size
+    }
+
+    /// Points `seq` at the longest cached prefix of `prompt` and returns its length in tokens.
+    /// At most `prompt.len() - 1` tokens are reused, so the last one is always computed and
+    /// logits come from a real forward pass. The match comes from the tree (whole pages),
+    /// extended by `seq`'s own partial last page when its tokens agree with `prompt`.
+    pub fn adopt(&mut self, seq: &mut Sequence, prompt: &[u32]) -> usize {
+        let limit = prompt.len().saturating_sub(1);
+        let own = seq.tokens.iter().zip(&prompt[..limit]).take_while(|(a, b)| a == b).count();
+        let m = self.tree.match_prefix(&prompt[..limit]);
+        self.tree.lock(m.node).expect("a node just matched is live");
+        // The private page right after the match is reusable only if this sequence's shared
+        // pages are exactly the match and its own tokens run past it.
+        let keep_private = seq.shared == m.pages.len() && own > m.n_tokens && seq.pages.len() > seq.shared;
+        let private: Vec<u32> = seq.pages.drain(seq.shared.min(seq.pages.len())..).collect();
+        let (kept, freed) = if keep_private { private.split_at(1) } else { private.split_at(0) };
+        self.free(freed);
+        if let Some(old) = seq.lock.replace(m.node) {
+            self.tree.unlock(old).expect("a sequence's lock is held");
+        }
+        seq.shared = m.pages.len();
+        seq.pages = m.pages;
+        seq.pages.extend_from_slice(kept);
+        // The kept page covers at most one page past the match.
+        let reused = if keep_private { own.min(m.n_tokens + self.page_size) } else { m.n_tokens };
+        seq.tokens.clear();
+        seq.tokens.extend_from_slice(&prompt[..reused]);
+        reused
+    }
+
+    /// Makes `seq`'s pages cover `len` tokens, evicting least-recently-used cached prefixes if
+    /// the pool is short. Nothing changes when even eviction cannot make room.
+    pub fn reserve(&mut self, seq: &mut Sequence, len: usize) -> Result<(), CacheError> {
+        let need = len.div_ceil(self.page_size).saturating_sub(seq.pages.len());
+        if need == 0 {
+            return Ok(());
+        }
+        if self.alloc.n_free() < need {
+            let evicted = self.tree.evict(need - self.alloc.n_free());
+            self.free(&evicted);
+        }
+        let pages = self.alloc.alloc(need).ok_or(CacheError::Full {
+            needed_tokens: len,
+            capacity_tokens: (seq.pages.len() + self.alloc.n_free() + self.tree.evictable_pages()) * self.page_size,
+        })?;
+        seq.pages.extend(pages);
+        Ok(())
+    }
+
+    /// Hands `seq`'s full pages to the tree so later requests can reuse them. Pages the tree
+    /// already held for the same tokens replace the sequence's copies, which are freed.
+    pub fn commit(&mut self, seq: &mut Sequence) {
+        let n_full = seq.tokens.len() / self.page_size;
+        if n_full <= seq.shared {
+            return;
+        }
+        let tokens = &seq.tokens[..n_full * self.page_size];
+        let inserted = self.tree.insert(tokens, &seq.pages[..n_full]).expect("whole pages");
+        let m = self.tree.match_prefix(tokens);
+        self.tree.lock(m.node).expect("a node just matched is live");
+        if let Some(old) = seq.lock.replace(m.node) {
+            self.tree.unlock(old).expect("a sequence's lock is held");
+        }
+        // Only pages the tree now holds become shared; in the (hash-collision) case where it
+        // kept fewer, the rest stay private to the sequence.
+        let replaced: Vec<u32> =
+            inserted.duplicates.iter().copied().filter(|p| !m.pages.contains(p) && seq.pages[..m.pages.len()].contains(p)).collect();
+        seq.pages.splice(..m.pages.len(), m.pages.iter().copied());
+        seq.shared = m.pages.len();
+        self.free(&replaced);
+    }
+
+    /// Drops a sequence: unlocks its shared prefix (which stays cached) and frees its own pages.
+    pub fn release(&mut self, seq: &mut Sequence) {
+        let private: Vec<u32> = seq.pages.drain(seq.shared.min(seq.pages.len())..).collect();
+        self.free(&private);
+        if let Some(node) = seq.lock.take() {
+            self.tree.unlock(node).expect("a sequence's lock is held");
+        }
+        *seq = Sequence::default();
+    }
+
+    /// Pins the cached whole-page prefix of `tokens` (a system prompt, a tool schema) so it is
+    /// never evicted; returns the pinned length in tokens.
+    pub fn pin(&mut self, tokens: &[u32]) -> usize {
+        let m = self.tree.match_prefix(tokens);
+        if m.n_tokens > 0 {
+            self.tree.pin(m.node).expect("a node just matched is live");
+        }
+        m.n_tokens
+    }
+
+    /// Undoes one `pin` of the same tokens; false if they were not pinned.
+    pub fn unpin(&mut self, tokens: &[u32]) -> bool {
+        let m = self.tree.match_prefix(tokens);
+        m.n_tokens > 0 && self.tree.unpin(m.node).is_ok()
+    }
+
+    /// Evicts every cached prefix no running sequence holds, pinned ones included.
+    pub fn clear(&mut self) {
+        let pages = self.tree.clear();
+        self.free(&pages);
+    }
+
+    pub fn stats(&self) -> CacheStats {
+        let RadixStats { nodes, cached_pages, evictable_pages, locked_pages, pinned_pages } = self.tree.stats();
+        CacheStats {
+            page_size: self.page_size,
+            total_pages: self.alloc.capacity() as usize,
+            free_pages: self.alloc.n_free(),
+            cached_pages,
+            evictable_pages,
+            locked_pages,
+            pinned_pages,
+            nodes,
+        }
+    }
+
+    fn free(&mut self, pages: &[u32]) {
+        // Every page is owned once, by the tree or by one sequence: a failure is a bug.
+        self.alloc.free(pages).expect("pages are allocated and owned once");
+    }
+}
