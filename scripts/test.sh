@@ -5,6 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 
+# Mesa's Vulkan loader warns on every device open without a runtime directory.
+export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(mktemp -d)}"
+
 echo "== wasm32 build check"
 cargo check --quiet --target wasm32-unknown-unknown -p radixlm --lib
 

@@ -208,3 +208,105 @@ impl PrefixCache {
         self.alloc.free(pages).expect("pages are allocated and owned once");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PS: usize = 4;
+
+    fn cache(n_pages: u32) -> PrefixCache {
+        PrefixCache::new(n_pages, PS, 42)
+    }
+
+    /// Runs one request the way the engine does: adopt, reserve, "compute", commit.
+    fn request(c: &mut PrefixCache, seq: &mut Sequence, prompt: &[u32]) -> Result<usize, CacheError> {
+        let reused = c.adopt(seq, prompt);
+        c.reserve(seq, prompt.len())?;
+        seq.extend(&prompt[reused..]);
+        c.commit(seq);
+        Ok(reused)
+    }
+
+    fn accounted(c: &PrefixCache, private: usize) -> bool {
+        let s = c.stats();
+        s.free_pages + s.cached_pages + private == s.total_pages
+    }
+
+    #[test]
+    fn a_second_request_reuses_whole_pages_and_recomputes_the_last_token() {
+        let mut c = cache(16);
+        let prompt: Vec<u32> = (0..10).collect();
+        let mut a = Sequence::default();
+        assert_eq!(request(&mut c, &mut a, &prompt).unwrap(), 0);
+        c.release(&mut a);
+        let mut b = Sequence::default();
+        // 10 tokens: two whole pages (8 tokens) are cached; the partial third page is not.
+        assert_eq!(request(&mut c, &mut b, &prompt).unwrap(), 8);
+        // Exactly the cached prompt: still recomputes its last token.
+        let eight: Vec<u32> = (0..8).collect();
+        let mut d = Sequence::default();
+        assert_eq!(c.adopt(&mut d, &eight), 4);
+        c.release(&mut b);
+        c.release(&mut d);
+        assert!(accounted(&c, 0));
+    }
+
+    #[test]
+    fn a_sequence_keeps_its_own_partial_page_across_turns() {
+        let mut c = cache(16);
+        let mut s = Sequence::default();
+        let turn1: Vec<u32> = (0..10).collect();
+        request(&mut c, &mut s, &turn1).unwrap();
+        let turn2: Vec<u32> = (0..14).collect();
+        // The private third page (tokens 8, 9) is reused too: only 10..14 are new.
+        assert_eq!(request(&mut c, &mut s, &turn2).unwrap(), 10);
+        assert_eq!(s.pages().len(), 4);
+        c.release(&mut s);
+        assert!(accounted(&c, 0));
+    }
+
+    #[test]
+    fn branches_share_pages_and_a_full_pool_evicts_the_least_recent() {
+        let mut c = cache(6);
+        let base: Vec<u32> = (0..8).collect();
+        let branch = |tail: u32| -> Vec<u32> { base.iter().copied().chain([tail, tail, tail, tail, 0]).collect() };
+        let mut s1 = Sequence::default();
+        request(&mut c, &mut s1, &branch(100)).unwrap();
+        let mut s2 = Sequence::default();
+        assert_eq!(request(&mut c, &mut s2, &branch(200)).unwrap(), 8);
+        assert_eq!(&s1.pages()[..2], &s2.pages()[..2], "the shared prefix is the same pages");
+        c.release(&mut s1);
+        c.release(&mut s2);
+        // Two shared pages plus one per branch.
+        assert_eq!(c.stats().cached_pages, 4);
+        // A 20-token request needs 5 pages: the least recently used branch is evicted.
+        let mut s3 = Sequence::default();
+        let other: Vec<u32> = (500..520).collect();
+        request(&mut c, &mut s3, &other).unwrap();
+        let mut probe = Sequence::default();
+        assert!(c.adopt(&mut probe, &branch(200)) <= 8, "a branch must have been evicted");
+        c.release(&mut probe);
+        c.release(&mut s3);
+        assert!(accounted(&c, 0));
+    }
+
+    #[test]
+    fn a_request_that_cannot_fit_fails_and_leaves_the_cache_intact() {
+        let mut c = cache(4);
+        let pinned: Vec<u32> = (0..8).collect();
+        let mut s = Sequence::default();
+        request(&mut c, &mut s, &pinned).unwrap();
+        c.release(&mut s);
+        assert_eq!(c.pin(&pinned), 8);
+        let mut big = Sequence::default();
+        let too_long: Vec<u32> = (100..112).collect();
+        let err = request(&mut c, &mut big, &too_long).unwrap_err();
+        assert_eq!(err, CacheError::Full { needed_tokens: 12, capacity_tokens: 8 });
+        c.release(&mut big);
+        let mut again = Sequence::default();
+        assert_eq!(c.adopt(&mut again, &(0..9).collect::<Vec<u32>>()), 8, "the pinned prefix survived");
+        c.release(&mut again);
+        assert!(accounted(&c, 0));
+    }
+}

@@ -1,0 +1,223 @@
+//! The prefix cache end to end: a warm request (its prefix cached) must continue exactly as a
+//! cold one (empty cache) and differently from the suffix alone, at page edges, across
+//! branches, after eviction, with pinning, under eviction pressure, and over a multi-turn chat.
+
+mod common;
+
+use std::sync::Arc;
+
+use radixlm::engine::sampling::SamplingParams;
+use radixlm::engine::session::ChatSession;
+use radixlm::engine::{Engine, EngineOptions, Generation, Sequence};
+use radixlm::gpu::context::LimitsPolicy;
+use radixlm::gpu::executor::{block_on, open};
+use radixlm::kv::pool::page_bytes;
+use radixlm::model::synthetic::SyntheticSpec;
+
+const PAGE: usize = 16;
+const CHECK_TOKENS: usize = 32;
+
+const DOCUMENT: &str = "The lighthouse on the northern cape was built in 1871 from granite quarried on \
+the island itself. Its first keeper, Margaret Olsen, kept the lamp burning through forty winters and \
+recorded every ship that passed in a leather log that is now kept in the town museum. The tower is \
+thirty-two metres tall, its light flashes white twice every ten seconds, and on clear nights it can be \
+seen from twenty-two nautical miles away. In 1952 the oil lamp was replaced by an electric one.";
+const QUESTION: &str = " Question: who was the first keeper of the lighthouse, and what did she record? Answer:";
+
+fn engine_with(bytes: &[u8], opts: EngineOptions) -> Engine {
+    let gpu = Arc::new(open(LimitsPolicy::Adapter).expect("a Vulkan device (Mesa llvmpipe on CI)"));
+    Engine::load(gpu, bytes, &opts).expect("model loads")
+}
+
+fn config(bytes: &[u8]) -> radixlm::model::Config {
+    radixlm::model::Config::from_gguf(&radixlm::gguf::GgufFile::parse(bytes).unwrap()).unwrap()
+}
+
+fn real_engine(opts: EngineOptions) -> Engine {
+    engine_with(&common::default_model_bytes(), opts)
+}
+
+/// One request on a fresh sequence, greedy, released afterwards (its pages stay cached).
+fn run(engine: &mut Engine, prompt: &[u32], n: usize) -> Generation {
+    let gpu = engine.gpu.clone();
+    let params = SamplingParams { ignore_eos: true, ..SamplingParams::greedy(n) };
+    let mut seq = Sequence::default();
+    let g = block_on(&gpu, engine.generate(&mut seq, prompt, &params, |_| true)).unwrap();
+    engine.release(&mut seq);
+    g
+}
+
+fn cycle(tokens: &[u32], n: usize) -> Vec<u32> {
+    tokens.iter().copied().cycle().take(n).collect()
+}
+
+/// Cold, warm and control runs for one prefix length and delta.
+fn check_warm_equals_cold(engine: &mut Engine, doc: &[u32], question: &[u32], p: usize, d: usize) {
+    let prefix = cycle(doc, p);
+    let suffix = cycle(question, d);
+    let prompt: Vec<u32> = prefix.iter().chain(&suffix).copied().collect();
+    engine.clear_cache();
+    let cold = run(engine, &prompt, CHECK_TOKENS);
+    assert_eq!(cold.stats.reused_tokens, 0);
+    engine.clear_cache();
+    run(engine, &prefix, 1);
+    let warm = run(engine, &prompt, CHECK_TOKENS);
+    // Whole pages of the prefix are reused; the prompt's last token is always recomputed.
+    let expect_reused = (p / PAGE * PAGE).min(prompt.len() - 1);
+    assert_eq!(warm.stats.reused_tokens, expect_reused, "P={p} D={d}: reused tokens");
+    assert_eq!(warm.stats.prefilled_tokens, prompt.len() - expect_reused, "P={p} D={d}: prefilled tokens");
+    assert_eq!(warm.tokens, cold.tokens, "P={p} D={d}: warm greedy tokens differ from cold");
+    engine.clear_cache();
+    let control = run(engine, &suffix, CHECK_TOKENS);
+    assert_ne!(warm.tokens, control.tokens, "P={p} D={d}: warm equals the suffix-alone control");
+}
+
+#[test]
+fn page_edges_on_a_synthetic_model_every_prefix_and_delta() {
+    // Untied: with tied embeddings a random model just repeats its last input token, and every
+    // continuation would look alike.
+    let spec = SyntheticSpec { tied_embeddings: false, ..SyntheticSpec::tiny() };
+    let mut engine = engine_with(&spec.to_gguf(), EngineOptions { max_batch: 32, ..Default::default() });
+    let doc: Vec<u32> = (0..200).map(|i| (i * 37 % 250) as u32).collect();
+    let question: Vec<u32> = (0..40).map(|i| (i * 11 % 250) as u32 + 3).collect();
+    for p in [PAGE - 1, PAGE, PAGE + 1, 3 * PAGE - 1, 3 * PAGE + 1, 5 * PAGE] {
+        for d in [1, PAGE - 1, PAGE, PAGE + 1] {
+            check_warm_equals_cold(&mut engine, &doc, &question, p, d);
+        }
+    }
+}
+
+#[test]
+fn page_edges_on_the_real_model() {
+    let mut engine = real_engine(EngineOptions::default());
+    let doc = engine.tokenizer.encode(DOCUMENT, false).unwrap();
+    let question = engine.tokenizer.encode(QUESTION, false).unwrap();
+    // Every listed prefix length (page − 1, page, page + 1, k·page ± 1) and delta (1, page − 1,
+    // page, page + 1) appears; the full cross product runs on the synthetic model above.
+    for (p, d) in [(PAGE - 1, 1), (PAGE, PAGE - 1), (PAGE + 1, PAGE), (3 * PAGE - 1, PAGE + 1), (3 * PAGE + 1, 1)] {
+        check_warm_equals_cold(&mut engine, &doc, &question, p, d);
+    }
+}
+
+#[test]
+fn branches_share_the_prefix_pages_and_each_matches_its_cold_run() {
+    let mut engine = real_engine(EngineOptions::default());
+    let doc = engine.tokenizer.encode(DOCUMENT, false).unwrap();
+    let prefix = cycle(&doc, 3 * PAGE + 5);
+    let branches = [" Question: how tall is the tower? Answer:", " Question: when was it built? Answer:", " In short,"];
+    let prompts: Vec<Vec<u32>> = branches
+        .iter()
+        .map(|b| prefix.iter().copied().chain(engine.tokenizer.encode(b, false).unwrap()).collect())
+        .collect();
+    let cold: Vec<Vec<u32>> = prompts
+        .iter()
+        .map(|p| {
+            engine.clear_cache();
+            run(&mut engine, p, CHECK_TOKENS).tokens
+        })
+        .collect();
+    engine.clear_cache();
+    for (i, p) in prompts.iter().enumerate() {
+        let g = run(&mut engine, p, CHECK_TOKENS);
+        assert_eq!(g.tokens, cold[i], "branch {i}: warm differs from cold");
+        if i > 0 {
+            assert!(g.stats.reused_tokens >= 3 * PAGE, "branch {i} reused only {}", g.stats.reused_tokens);
+        }
+    }
+    // Zero copies: the shared prefix's three pages are cached once, not once per branch.
+    let stats = engine.cache_stats();
+    let per_branch_pages: usize = prompts.iter().map(|p| (p.len() + CHECK_TOKENS - 1) / PAGE).sum();
+    assert!(stats.cached_pages <= per_branch_pages - 2 * 3, "{stats:?}");
+}
+
+#[test]
+fn eviction_pinning_and_identical_prompts() {
+    let bytes = common::default_model_bytes();
+    // Room for 12 pages (192 tokens): every new prompt must evict older ones.
+    let budget = 12 * page_bytes(&config(&bytes), PAGE);
+    let mut engine = engine_with(&bytes, EngineOptions { kv_budget_bytes: budget, ..Default::default() });
+    assert_eq!(engine.kv_capacity_tokens(), 12 * PAGE);
+    let gpu = engine.gpu.clone();
+    let system = engine.tokenizer.encode("<|im_start|>system\nYou are a careful assistant who answers briefly and never invents facts.<|im_end|>\n", false).unwrap();
+    let pinned = block_on(&gpu, engine.pin(&system)).unwrap();
+    assert_eq!(pinned, system.len() / PAGE * PAGE);
+
+    let doc = engine.tokenizer.encode(DOCUMENT, false).unwrap();
+    let a: Vec<u32> = cycle(&doc, 70);
+    // B alone needs 10 of the 12 pages: all of A must go.
+    let b: Vec<u32> = cycle(&doc[13..], 150);
+    let cold_a = run(&mut engine, &a, CHECK_TOKENS);
+    // Identical prompt twice: identical output, the second served from the cache.
+    let again = run(&mut engine, &a, CHECK_TOKENS);
+    assert_eq!(again.tokens, cold_a.tokens);
+    assert_eq!(again.stats.reused_tokens, 64);
+    run(&mut engine, &b, 8);
+    let after = run(&mut engine, &a, CHECK_TOKENS);
+    assert_eq!(after.tokens, cold_a.tokens, "A after eviction differs from cold A");
+    assert!(after.stats.reused_tokens < 64, "A's pages should have been evicted by B");
+    // The pinned system prompt survived all of it.
+    let with_system: Vec<u32> = system.iter().chain(&a[..20]).copied().collect();
+    let g = run(&mut engine, &with_system, 4);
+    assert_eq!(g.stats.reused_tokens, pinned, "pinned prefix was evicted");
+    assert!(engine.cache_stats().pinned_pages >= pinned / PAGE);
+}
+
+#[test]
+fn interleaved_facts_under_eviction_pressure_never_cross() {
+    let bytes = common::default_model_bytes();
+    // Five pages: the shared preamble (two pages) stays while the two branches evict each other.
+    let budget = 5 * page_bytes(&config(&bytes), PAGE);
+    let mut engine = engine_with(&bytes, EngineOptions { kv_budget_bytes: budget, ..Default::default() });
+    let prompt = |word: &str| {
+        format!(
+            "<|im_start|>system\nYou are a helpful assistant in a word game. The user will ask for a secret \
+             word, and you must answer with it exactly, in capitals. The secret code word is {word}. Repeat it \
+             exactly when asked.<|im_end|>\n<|im_start|>user\nWhat is the code word?<|im_end|>\n<|im_start|>assistant\n"
+        )
+    };
+    let words = ["PINEAPPLE", "TELESCOPE"];
+    let prompts: Vec<Vec<u32>> = words.iter().map(|w| engine.tokenizer.encode(&prompt(w), false).unwrap()).collect();
+    let shared = prompts[0].iter().zip(&prompts[1]).take_while(|(a, b)| a == b).count();
+    assert!(shared >= 2 * PAGE, "the prompts should share at least two pages ({shared} tokens)");
+    let mut reused = 0;
+    for round in 0..3 {
+        for (i, p) in prompts.iter().enumerate() {
+            let g = run(&mut engine, p, 12);
+            assert!(g.text.contains(words[i]), "round {round}: answer {:?} lacks {}", g.text, words[i]);
+            assert!(!g.text.contains(words[1 - i]), "round {round}: answer {:?} has the other word", g.text);
+            reused += g.stats.reused_tokens;
+        }
+    }
+    assert!(reused >= 5 * (shared / PAGE * PAGE), "the shared preamble should be reused ({reused} tokens)");
+}
+
+#[test]
+fn a_five_turn_chat_prefills_only_each_new_message() {
+    let mut engine = real_engine(EngineOptions::default());
+    let gpu = engine.gpu.clone();
+    let mut session = ChatSession::new(Some("You are a helpful assistant. Keep answers short."));
+    let params = SamplingParams::greedy(8);
+    let turns = ["Hi! My name is Ada.", "What is two plus two?", "Name a colour.", "And an animal?", "What is my name?"];
+    // ChatML around a user message: the end of the previous reply's turn, the user turn's
+    // opening, and after the message its end and the assistant turn's opening.
+    let tok = |s: &str| engine.tokenizer.encode(s, false).unwrap().len();
+    let template_tokens = tok("<|im_end|>\n<|im_start|>user\n") + tok("<|im_end|>\n<|im_start|>assistant\n");
+    let mut previous_prompt = 0;
+    for (n, user) in turns.iter().enumerate() {
+        let g = block_on(&gpu, session.send(&mut engine, user, &params, |_| true)).unwrap();
+        assert_eq!(g.stats.reused_tokens + g.stats.prefilled_tokens, g.stats.prompt_tokens);
+        if n > 0 {
+            // New: this message with its template tokens, plus the previous reply's last token
+            // when that reply ended at max_tokens (sampled, never run through the model).
+            let user_tokens = engine.tokenizer.encode(user, false).unwrap().len();
+            assert!(
+                g.stats.prefilled_tokens <= 1 + user_tokens + template_tokens,
+                "turn {n}: prefilled {} tokens for a {user_tokens}-token message",
+                g.stats.prefilled_tokens
+            );
+            assert!(g.stats.reused_tokens > previous_prompt, "turn {n}: reused {} of the previous {previous_prompt}-token prompt", g.stats.reused_tokens);
+        }
+        previous_prompt = g.stats.prompt_tokens;
+    }
+    session.close(&mut engine);
+}
