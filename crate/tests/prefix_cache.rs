@@ -92,9 +92,11 @@ fn page_edges_on_the_real_model() {
     let mut engine = real_engine(EngineOptions::default());
     let doc = engine.tokenizer.encode(DOCUMENT, false).unwrap();
     let question = engine.tokenizer.encode(QUESTION, false).unwrap();
-    // Every listed prefix length (page − 1, page, page + 1, k·page ± 1) and delta (1, page − 1,
-    // page, page + 1) appears; the full cross product runs on the synthetic model above.
-    for (p, d) in [(PAGE - 1, 1), (PAGE, PAGE - 1), (PAGE + 1, PAGE), (3 * PAGE - 1, PAGE + 1), (3 * PAGE + 1, 1)] {
+    // One prompt of each kind — a prefix just short of a page, one just past it, one just short
+    // of a later page — each with another delta; the full cross product of prefix lengths
+    // (page − 1, page, page + 1, k·page ± 1) and deltas (1, page − 1, page, page + 1) runs on the
+    // synthetic model above, where a step costs milliseconds rather than a second.
+    for (p, d) in [(PAGE - 1, 1), (PAGE + 1, PAGE), (3 * PAGE - 1, PAGE + 1)] {
         check_warm_equals_cold(&mut engine, &doc, &question, p, d);
     }
 }
