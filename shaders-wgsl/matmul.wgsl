@@ -11,7 +11,7 @@ override DTYPE: u32;               // ggml type id of w
 override K: u32;                   // row length of w = columns of x
 override N: u32;                   // rows of the whole weight = columns of y
 override ACCUMULATE: bool = false; // y += x · wᵀ (residual adds) instead of y = x · wᵀ
-override TOKENS: u32 = 1u;         // tokens per thread, <= MAX_TOKENS (gpu/ops/matmul.rs)
+override TOKENS: u32 = 1u;         // tokens per thread, <= MAX_TOKENS (gpu/ops/matmul.rs SHAPE)
 override ROWS: u32 = 16u;          // weight rows per thread, <= MAX_ROWS
 
 @group(0) @binding(0) var<uniform> params: StepParams;
@@ -35,7 +35,7 @@ fn store(t: u32, r: u32, v: f32) {
 
 const MAX_TOKENS: u32 = 4u;
 const MAX_ROWS: u32 = 16u;
-const WG: u32 = 32u; // gpu/ops/matmul.rs WG
+const WG: u32 = 16u; // gpu/ops/matmul.rs WG
 
 // Thread g of workgroup (wid.x, wid.y) computes y for tokens wid.y·TOKENS .. + TOKENS and
 // weight rows (wid.x·WG + g)·ROWS .. + ROWS of this part. Tokens and rows past the end are

@@ -15,11 +15,14 @@ pub const KERNEL: Kernel = Kernel {
 pub const MATVEC_MAX_T: u32 = 4;
 /// Tokens and weight rows per thread of each pipeline (matmul.wgsl TOKENS, ROWS): a decode
 /// thread reuses each x value over 16 rows; a prefill thread also reuses each weight over 4
-/// tokens. More rows per thread measured faster on llvmpipe; more tokens did not.
+/// tokens. Larger blocks ran up to 1.3× faster on llvmpipe but compiled several times slower
+/// (every pipeline is fully unrolled), which cost more than they saved in tests and start-up.
 const MATVEC_SHAPE: (u32, u32) = (1, 16);
 const PREFILL_SHAPE: (u32, u32) = (4, 16);
-/// Threads per workgroup (matmul.wgsl WG).
-const WG: u32 = 32;
+/// Threads per workgroup (matmul.wgsl WG): small, so that even a 576-row decode product
+/// spreads over more than one workgroup (llvmpipe shares workgroups, not threads, among
+/// its CPU threads).
+const WG: u32 = 16;
 
 /// x (T, K) f32 · w (N rows of K, any supported type)ᵀ → y (T, N) f32.
 pub struct Matmul {
