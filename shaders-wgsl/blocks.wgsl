@@ -75,40 +75,6 @@ fn weights4(row: u32, k: u32) -> vec4<f32> {
     }
 }
 
-// The 32 weights of block `b` of a quantized row (Q4_0, Q4_1, Q8_0) starting at byte `row`,
-// as 8 groups of 4: one scale read per block instead of one per group.
-fn block32(row: u32, b: u32) -> array<vec4<f32>, 8> {
-    var out: array<vec4<f32>, 8>;
-    switch DTYPE {
-        case TYPE_Q4_0: {
-            let blk = row + b * 18u;
-            let d = f16_at(blk);
-            for (var j = 0u; j < 4u; j++) {
-                let q = weight_u32_at(blk + 2u + 4u * j);
-                out[j] = (nibbles4(q, false) - 8.0) * d;
-                out[j + 4u] = (nibbles4(q, true) - 8.0) * d;
-            }
-        }
-        case TYPE_Q4_1: {
-            let blk = row + b * 20u;
-            let dm = unpack2x16float(weight_u32_at(blk));
-            for (var j = 0u; j < 4u; j++) {
-                let q = weight_u32_at(blk + 4u + 4u * j);
-                out[j] = nibbles4(q, false) * dm.x + dm.y;
-                out[j + 4u] = nibbles4(q, true) * dm.x + dm.y;
-            }
-        }
-        case TYPE_Q8_0, default: {
-            let blk = row + b * 34u;
-            let d = f16_at(blk);
-            for (var j = 0u; j < 8u; j++) {
-                out[j] = i8x4(weight_u32_at(blk + 2u + 4u * j)) * d;
-            }
-        }
-    }
-    return out;
-}
-
 // Weight k of the row starting at byte `row`.
 fn weight1(row: u32, k: u32) -> f32 {
     let j = k % 32u;

@@ -1,12 +1,18 @@
 // y = x · wᵀ (or y += x · wᵀ) for the rows of one weight part, the weights dequantized from
-// their GGUF blocks as they are read. Two entry points share one binding layout:
-// `matvec` for decode (T <= MATVEC_MAX_T, one thread per output column) and `matmul_tiled`
-// for prefill (64×64 output tiles staged through workgroup memory, 4×8 per thread).
+// their GGUF blocks as they are read. Each thread computes a TOKENS × ROWS block of y straight
+// from storage, holding it in registers: decode uses TOKENS = 1, prefill TOKENS = 4.
+//
+// Why no workgroup-memory tiles: on llvmpipe (the CPU Vulkan driver CI runs on) every storage
+// or workgroup load whose address is not a compile-time uniform is a loop over the SIMD lanes,
+// so loads, not multiply-adds, set the speed. Registers cost nothing by comparison, so each
+// loaded x value serves ROWS weight rows and each dequantized weight serves TOKENS tokens.
 
 override DTYPE: u32;               // ggml type id of w
 override K: u32;                   // row length of w = columns of x
 override N: u32;                   // rows of the whole weight = columns of y
 override ACCUMULATE: bool = false; // y += x · wᵀ (residual adds) instead of y = x · wᵀ
+override TOKENS: u32 = 1u;         // tokens per thread, <= MAX_TOKENS (gpu/ops/matmul.rs SHAPE)
+override ROWS: u32 = 16u;          // weight rows per thread, <= MAX_ROWS
 
 @group(0) @binding(0) var<uniform> params: StepParams;
 @group(0) @binding(1) var<uniform> part: Part;
@@ -27,133 +33,147 @@ fn store(t: u32, r: u32, v: f32) {
     }
 }
 
-const MATVEC_MAX_T: u32 = 4u; // gpu/ops/matmul.rs MATVEC_MAX_T
-const MATVEC_WG: u32 = 64u;
+const MAX_TOKENS: u32 = 4u;
+const MAX_ROWS: u32 = 16u;
+const WG: u32 = 16u; // gpu/ops/matmul.rs WG
 
-@compute @workgroup_size(MATVEC_WG)
-fn matvec(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-          @builtin(local_invocation_index) lid: u32) {
-    let r = linear_group(wid, nwg) * MATVEC_WG + lid;
-    if (r >= part.rows) {
+// Thread g of workgroup (wid.x, wid.y) computes y for tokens wid.y·TOKENS .. + TOKENS and
+// weight rows (wid.x·WG + g)·ROWS .. + ROWS of this part. Tokens and rows past the end are
+// clamped to the last one for loading (no branches in the inner loops) and never stored.
+@compute @workgroup_size(WG)
+fn matmul_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let t0 = wid.y * TOKENS;
+    let r0 = (wid.x * WG + lid) * ROWS;
+    let nt = params.n_tokens;
+    if (t0 >= nt || r0 >= part.rows) {
         return;
     }
-    let row = r * row_bytes(K);
-    let nt = min(params.n_tokens, MATVEC_MAX_T);
-    var acc = array<f32, MATVEC_MAX_T>();
+    let rb = row_bytes(K);
+    var xrow: array<u32, MAX_TOKENS>; // index of x[t, 0]
+    for (var i = 0u; i < TOKENS; i++) {
+        xrow[i] = min(t0 + i, nt - 1u) * K;
+    }
+    var wrow: array<u32, MAX_ROWS>; // byte offset of weight row r
+    for (var j = 0u; j < ROWS; j++) {
+        wrow[j] = min(r0 + j, part.rows - 1u) * rb;
+    }
+    var acc: array<array<f32, MAX_ROWS>, MAX_TOKENS>;
     var k = 0u;
-    if (DTYPE >= TYPE_Q4_0) {
-        // Quantized rows are whole 32-blocks: dequantize a block at a time.
+    if (DTYPE == TYPE_Q4_1) {
+        // 20-byte blocks are word-aligned: f16 d, f16 m, then word j holds the nibbles of
+        // values j·4 .. j·4 + 3 (low halves) and 16 + j·4 .. (high halves).
         for (; k < K; k += 32u) {
-            let wb = block32(row, k / 32u);
-            for (var t = 0u; t < nt; t++) {
-                var s = 0.0;
-                for (var j = 0u; j < 8u; j++) {
-                    let xi = t * K + k + 4u * j;
-                    s += dot(wb[j], vec4<f32>(x[xi], x[xi + 1u], x[xi + 2u], x[xi + 3u]));
+            let b = k / 32u * 5u;
+            var dm: array<vec2<f32>, MAX_ROWS>;
+            for (var j = 0u; j < ROWS; j++) {
+                dm[j] = unpack2x16float(w[wrow[j] / 4u + b]);
+            }
+            for (var g = 0u; g < 4u; g++) {
+                var xl: array<vec4<f32>, MAX_TOKENS>;
+                var xh: array<vec4<f32>, MAX_TOKENS>;
+                for (var i = 0u; i < TOKENS; i++) {
+                    let xi = xrow[i] + k + g * 4u;
+                    xl[i] = vec4<f32>(x[xi], x[xi + 1u], x[xi + 2u], x[xi + 3u]);
+                    xh[i] = vec4<f32>(x[xi + 16u], x[xi + 17u], x[xi + 18u], x[xi + 19u]);
                 }
-                acc[t] += s;
+                for (var j = 0u; j < ROWS; j++) {
+                    let q = w[wrow[j] / 4u + b + 1u + g];
+                    let lo = nibbles4(q, false) * dm[j].x + dm[j].y;
+                    let hi = nibbles4(q, true) * dm[j].x + dm[j].y;
+                    for (var i = 0u; i < TOKENS; i++) {
+                        acc[i][j] += dot(xl[i], lo) + dot(xh[i], hi);
+                    }
+                }
+            }
+        }
+    }
+    if ((DTYPE == TYPE_Q8_0 || DTYPE == TYPE_Q4_0) && K % 64u == 0u) {
+        // Rows of whole block pairs start on a word boundary. A Q8_0 pair is 17 words: f16 d0,
+        // 32 bytes shifted by 16 bits, f16 d1 (the high half of word 8), 32 aligned bytes. A
+        // Q4_0 pair is 9 words laid out the same way with 16 bytes of nibbles per block.
+        let pair_words = select(17u, 9u, DTYPE == TYPE_Q4_0);
+        let half = pair_words / 2u; // word holding d1 in its high half
+        for (; k < K; k += 64u) {
+            let p = k / 64u * pair_words;
+            var s0: array<array<f32, MAX_ROWS>, MAX_TOKENS>; // block 0 sums, before d0
+            var s1: array<array<f32, MAX_ROWS>, MAX_TOKENS>; // block 1 sums, before d1
+            var prev: array<u32, MAX_ROWS>;
+            for (var j = 0u; j < ROWS; j++) {
+                prev[j] = w[wrow[j] / 4u + p];
+            }
+            let groups = half; // Q8_0: 8 groups of 4 bytes; Q4_0: 4 words of 2 × 4 nibbles
+            for (var g = 0u; g < groups; g++) {
+                var xa: array<vec4<f32>, MAX_TOKENS>;
+                var xb: array<vec4<f32>, MAX_TOKENS>;
+                var xc: array<vec4<f32>, MAX_TOKENS>;
+                var xd: array<vec4<f32>, MAX_TOKENS>;
+                for (var i = 0u; i < TOKENS; i++) {
+                    let xi = xrow[i] + k + g * 4u;
+                    xa[i] = vec4<f32>(x[xi], x[xi + 1u], x[xi + 2u], x[xi + 3u]);
+                    xb[i] = vec4<f32>(x[xi + 32u], x[xi + 33u], x[xi + 34u], x[xi + 35u]);
+                    if (DTYPE == TYPE_Q4_0) {
+                        xc[i] = vec4<f32>(x[xi + 16u], x[xi + 17u], x[xi + 18u], x[xi + 19u]);
+                        xd[i] = vec4<f32>(x[xi + 48u], x[xi + 49u], x[xi + 50u], x[xi + 51u]);
+                    }
+                }
+                for (var j = 0u; j < ROWS; j++) {
+                    let next = w[wrow[j] / 4u + p + g + 1u];
+                    let q0 = (prev[j] >> 16u) | (next << 16u);
+                    let q1 = w[wrow[j] / 4u + p + half + 1u + g];
+                    prev[j] = next;
+                    if (DTYPE == TYPE_Q4_0) {
+                        let a = nibbles4(q0, false) - 8.0;
+                        let c = nibbles4(q0, true) - 8.0;
+                        let b = nibbles4(q1, false) - 8.0;
+                        let d = nibbles4(q1, true) - 8.0;
+                        for (var i = 0u; i < TOKENS; i++) {
+                            s0[i][j] += dot(xa[i], a) + dot(xc[i], c);
+                            s1[i][j] += dot(xb[i], b) + dot(xd[i], d);
+                        }
+                    } else {
+                        let a = i8x4(q0);
+                        let b = i8x4(q1);
+                        for (var i = 0u; i < TOKENS; i++) {
+                            s0[i][j] += dot(xa[i], a);
+                            s1[i][j] += dot(xb[i], b);
+                        }
+                    }
+                }
+            }
+            for (var j = 0u; j < ROWS; j++) {
+                let d0 = unpack2x16float(w[wrow[j] / 4u + p]).x;
+                let d1 = unpack2x16float(w[wrow[j] / 4u + p + half]).y;
+                for (var i = 0u; i < TOKENS; i++) {
+                    acc[i][j] += d0 * s0[i][j] + d1 * s1[i][j];
+                }
             }
         }
     }
     for (; k + 4u <= K; k += 4u) {
-        let wv = weights4(row, k);
-        for (var t = 0u; t < nt; t++) {
-            let xi = t * K + k;
-            acc[t] += dot(wv, vec4<f32>(x[xi], x[xi + 1u], x[xi + 2u], x[xi + 3u]));
+        var xv: array<vec4<f32>, MAX_TOKENS>;
+        for (var i = 0u; i < TOKENS; i++) {
+            let xi = xrow[i] + k;
+            xv[i] = vec4<f32>(x[xi], x[xi + 1u], x[xi + 2u], x[xi + 3u]);
+        }
+        for (var j = 0u; j < ROWS; j++) {
+            let wv = weights4(wrow[j], k);
+            for (var i = 0u; i < TOKENS; i++) {
+                acc[i][j] += dot(xv[i], wv);
+            }
         }
     }
     for (; k < K; k++) {
-        let wv = weight1(row, k);
-        for (var t = 0u; t < nt; t++) {
-            acc[t] += wv * x[t * K + k];
-        }
-    }
-    for (var t = 0u; t < nt; t++) {
-        store(t, r, acc[t]);
-    }
-}
-
-const TILE: u32 = 64u;  // output tile is TILE tokens × TILE columns
-const TILE_K: u32 = 32u;
-const QUADS: u32 = TILE / 4u;
-const THREADS: u32 = 128u; // 16 × 8: each thread 4 tokens × 8 columns (two quads, 32 apart)
-// [TILE_K][TILE / 4] vec4s each: 2 × 8 KiB, WebGPU's 16 KiB workgroup-storage floor.
-var<workgroup> xs: array<vec4<f32>, TILE_K * QUADS>; // xs[kk][m / 4][m % 4] = x[t0 + m, k0 + kk]
-var<workgroup> ws: array<vec4<f32>, TILE_K * QUADS>; // ws[kk][n / 4][n % 4] = w[n0 + n, k0 + kk]
-
-@compute @workgroup_size(8, 16)
-fn matmul_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid3: vec3<u32>,
-                @builtin(local_invocation_index) lid: u32) {
-    let n0 = wid.x * TILE;
-    let t0 = wid.y * TILE;
-    let nt = params.n_tokens;
-    if (t0 >= nt) {
-        return;
-    }
-    let rb = row_bytes(K);
-    // acc[i][c] and acc[4 + i][c]: token t0 + 4·lid.y + i, columns n0 + 4·lid.x + c and
-    // n0 + TILE / 2 + 4·lid.x + c. More outputs per thread means fewer workgroup-memory loads
-    // per multiply-add.
-    var acc = array<vec4<f32>, 8>();
-    for (var k0 = 0u; k0 < K; k0 += TILE_K) {
-        // x tile: TILE × TILE_K values, consecutive threads along k.
-        for (var e = lid; e < TILE * TILE_K; e += THREADS) {
-            let m = e / TILE_K;
-            let kk = e % TILE_K;
-            let t = t0 + m;
-            let k = k0 + kk;
-            var v = 0.0;
-            if (t < nt && k < K) {
-                v = x[t * K + k];
-            }
-            xs[kk * QUADS + m / 4u][m % 4u] = v;
-        }
-        // w tile: TILE rows × TILE_K / 4 groups of 4 weights.
-        for (var u = lid; u < TILE * TILE_K / 4u; u += THREADS) {
-            let n = u / (TILE_K / 4u);
-            let kq = u % (TILE_K / 4u) * 4u;
-            let r = n0 + n;
-            let k = k0 + kq;
-            var v = vec4<f32>(0.0);
-            if (r < part.rows) {
-                if (k + 4u <= K) {
-                    v = weights4(r * rb, k);
-                } else {
-                    for (var c = 0u; c < 4u && k + c < K; c++) {
-                        v[c] = weight1(r * rb, k + c);
-                    }
-                }
-            }
-            for (var c = 0u; c < 4u; c++) {
-                ws[(kq + c) * QUADS + n / 4u][n % 4u] = v[c];
+        for (var j = 0u; j < ROWS; j++) {
+            let wv = weight1(wrow[j], k);
+            for (var i = 0u; i < TOKENS; i++) {
+                acc[i][j] += wv * x[xrow[i] + k];
             }
         }
-        workgroupBarrier();
-        for (var kk = 0u; kk < TILE_K; kk++) {
-            let a = xs[kk * QUADS + lid3.y];
-            let b0 = ws[kk * QUADS + lid3.x];
-            let b1 = ws[kk * QUADS + QUADS / 2u + lid3.x];
-            acc[0] += a.x * b0;
-            acc[1] += a.y * b0;
-            acc[2] += a.z * b0;
-            acc[3] += a.w * b0;
-            acc[4] += a.x * b1;
-            acc[5] += a.y * b1;
-            acc[6] += a.z * b1;
-            acc[7] += a.w * b1;
-        }
-        workgroupBarrier();
     }
-    for (var i = 0u; i < 4u; i++) {
-        let t = t0 + lid3.y * 4u + i;
-        for (var c = 0u; c < 4u; c++) {
-            let r0 = n0 + lid3.x * 4u + c;
-            let r1 = r0 + TILE / 2u;
-            if (t < nt && r0 < part.rows) {
-                store(t, r0, acc[i][c]);
-            }
-            if (t < nt && r1 < part.rows) {
-                store(t, r1, acc[4u + i][c]);
+    for (var i = 0u; i < TOKENS; i++) {
+        for (var j = 0u; j < ROWS; j++) {
+            if (t0 + i < nt && r0 + j < part.rows) {
+                store(t0 + i, r0 + j, acc[i][j]);
             }
         }
     }

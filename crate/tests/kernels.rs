@@ -102,6 +102,10 @@ fn matmul_every_type_and_shape() {
                 check_matmul(gpu, &mut rng, ty, t, odd_k, 257, None, false);
                 check_matmul(gpu, &mut rng, ty, t, 96, 64, None, true);
             }
+            // An even number of blocks per row: Q4_0 and Q8_0 rows are then read by words.
+            for t in [1, 7] {
+                check_matmul(gpu, &mut rng, ty, t, 128, 37, None, false);
+            }
             // Forced multi-part weights: parts of 5 rows plus a short last one, both kernels.
             for t in [1, 33] {
                 let row = ty.row_bytes(96).unwrap() as u64;

@@ -2,7 +2,7 @@
 
 use super::wgsl;
 use crate::gguf::GgmlType;
-use crate::gpu::pipelines::{dispatch_linear, Kernel, OpKind, PipelineKey, Slot};
+use crate::gpu::pipelines::{Kernel, OpKind, PipelineKey, Slot};
 use crate::gpu::{Gpu, GpuWeight, WeightPart};
 
 pub const KERNEL: Kernel = Kernel {
@@ -11,10 +11,18 @@ pub const KERNEL: Kernel = Kernel {
     slots: &[Slot::Uniform, Slot::Uniform, Slot::Read, Slot::Read, Slot::ReadWrite],
 };
 
-/// Steps of at most this many tokens use the matrix-vector kernel (matmul.wgsl MATVEC_MAX_T).
+/// Steps of at most this many tokens use the one-token-per-thread pipeline.
 pub const MATVEC_MAX_T: u32 = 4;
-const MATVEC_WG: u32 = 64;
-const TILE: u32 = 64;
+/// Tokens and weight rows per thread of each pipeline (matmul.wgsl TOKENS, ROWS): a decode
+/// thread reuses each x value over 16 rows; a prefill thread also reuses each weight over 4
+/// tokens. Larger blocks ran up to 1.3× faster on llvmpipe but compiled several times slower
+/// (every pipeline is fully unrolled), which cost more than they saved in tests and start-up.
+const MATVEC_SHAPE: (u32, u32) = (1, 16);
+const PREFILL_SHAPE: (u32, u32) = (4, 16);
+/// Threads per workgroup (matmul.wgsl WG): small, so that even a 576-row decode product
+/// spreads over more than one workgroup (llvmpipe shares workgroups, not threads, among
+/// its CPU threads).
+const WG: u32 = 16;
 
 /// x (T, K) f32 · w (N rows of K, any supported type)ᵀ → y (T, N) f32.
 pub struct Matmul {
@@ -22,7 +30,7 @@ pub struct Matmul {
     k: usize,
     n: usize,
     matvec: wgpu::ComputePipeline,
-    tiled: wgpu::ComputePipeline,
+    prefill: wgpu::ComputePipeline,
 }
 
 /// Bind groups for one (step, x, w, y), one per weight part.
@@ -47,14 +55,16 @@ pub(super) fn part_params(gpu: &Gpu, part: &WeightPart) -> wgpu::Buffer {
 impl Matmul {
     /// For a weight of `ty` with `n` rows of `k`; `accumulate` adds into y instead of writing.
     pub fn new(gpu: &Gpu, ty: GgmlType, k: usize, n: usize, accumulate: bool) -> Self {
-        let key = |entry| {
-            PipelineKey::new(OpKind::Matmul, entry)
+        let key = |(tokens, rows): (u32, u32)| {
+            PipelineKey::new(OpKind::Matmul, "matmul_rows")
                 .with("DTYPE", ty.id())
                 .with("K", k as u32)
                 .with("N", n as u32)
                 .with("ACCUMULATE", accumulate as u32)
+                .with("TOKENS", tokens)
+                .with("ROWS", rows)
         };
-        Self { ty, k, n, matvec: gpu.pipeline(&KERNEL, key("matvec")), tiled: gpu.pipeline(&KERNEL, key("matmul_tiled")) }
+        Self { ty, k, n, matvec: gpu.pipeline(&KERNEL, key(MATVEC_SHAPE)), prefill: gpu.pipeline(&KERNEL, key(PREFILL_SHAPE)) }
     }
 
     /// Binds `step` (StepParams), `x` (T, K) f32, the weight and `y` (T, N) f32.
@@ -76,15 +86,12 @@ impl Matmul {
         if n_tokens == 0 {
             return;
         }
+        let (pipeline, (tokens, rows_per_thread)) =
+            if n_tokens <= MATVEC_MAX_T { (&self.matvec, MATVEC_SHAPE) } else { (&self.prefill, PREFILL_SHAPE) };
+        pass.set_pipeline(pipeline);
         for (group, rows) in &binding.parts {
             pass.set_bind_group(0, group, &[]);
-            if n_tokens <= MATVEC_MAX_T {
-                pass.set_pipeline(&self.matvec);
-                dispatch_linear(pass, rows.div_ceil(MATVEC_WG));
-            } else {
-                pass.set_pipeline(&self.tiled);
-                pass.dispatch_workgroups(rows.div_ceil(TILE), n_tokens.div_ceil(TILE), 1);
-            }
+            pass.dispatch_workgroups(rows.div_ceil(rows_per_thread * WG), n_tokens.div_ceil(tokens), 1);
         }
     }
 }
