@@ -12,4 +12,4 @@ echo "== wasm32 build check"
 cargo check --quiet --target wasm32-unknown-unknown -p radixlm --lib
 
 echo "== native tests"
-cargo test --workspace --no-fail-fast
+cargo test --workspace --no-fail-fast -- --show-output

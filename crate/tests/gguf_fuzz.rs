@@ -264,9 +264,16 @@ fn structural_fields_are_found() {
     let last = fields.last().unwrap();
     assert_eq!(f.data_offset, (last.0 + last.1).next_multiple_of(32) as u64);
     assert_eq!(fields.iter().filter(|&&(_, w)| w == 8).count() - 2, {
-        // Counts, key lengths, string lengths, array lengths, names, dimensions, offsets.
+        // Counts, key lengths, string lengths, array lengths (and the string lengths of an
+        // array's first four elements, all the walker records), names, dimensions, offsets.
         let strings = f.metadata.values().filter(|v| v.as_str().is_some()).count();
-        f.metadata.len() + strings + f.tensors.iter().map(|t| 2 + t.dims.len()).sum::<usize>()
+        let arrays: usize = f
+            .metadata
+            .values()
+            .filter_map(|v| v.as_array())
+            .map(|a| 1 + a.iter().take(4).filter(|e| e.as_str().is_some()).count())
+            .sum();
+        f.metadata.len() + strings + arrays + f.tensors.iter().map(|t| 2 + t.dims.len()).sum::<usize>()
     });
 }
 
