@@ -32,7 +32,7 @@ pub struct ThroughputReport {
 
 /// Prefill throughput on a fresh `prefill_tokens`-token prompt, and decode throughput over
 /// `decode_tokens` greedy steps after it; medians of `repeats` runs. Every run starts from an
-/// empty sequence, so nothing is served from a cache.
+/// empty cache, so the whole prompt is prefilled each time.
 pub async fn throughput(engine: &mut Engine, prefill_tokens: usize, decode_tokens: usize, repeats: usize) -> Result<ThroughputReport, EngineError> {
     let prompt = prompt_of_len(engine, prefill_tokens)?;
     let params = SamplingParams { max_tokens: decode_tokens, ignore_eos: true, ..SamplingParams::greedy(decode_tokens) };
@@ -42,9 +42,11 @@ pub async fn throughput(engine: &mut Engine, prefill_tokens: usize, decode_token
     engine.release(&mut seq);
     let (mut prefill, mut decode) = (Vec::new(), Vec::new());
     for _ in 0..repeats.max(1) {
+        engine.clear_cache();
         let mut seq = Sequence::default();
         let gen = engine.generate(&mut seq, &prompt, &params, |_| true).await?;
         engine.release(&mut seq);
+        assert_eq!(gen.stats.prefilled_tokens, prompt.len(), "a throughput run must prefill its whole prompt");
         prefill.push(gen.stats.prefill_tokens_per_s);
         decode.push(gen.stats.decode_tokens_per_s);
     }
