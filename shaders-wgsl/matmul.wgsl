@@ -20,6 +20,11 @@ override ROWS: u32 = 16u;          // weight rows per thread, <= MAX_ROWS
 @group(0) @binding(3) var<storage, read> w: array<u32>;       // (part.rows, row_bytes(K)) GGUF blocks
 @group(0) @binding(4) var<storage, read_write> y: array<f32>; // (T, N)
 
+/// Four consecutive activations starting at `at`.
+fn x4(at: u32) -> vec4<f32> {
+    return vec4<f32>(x[at], x[at + 1u], x[at + 2u], x[at + 3u]);
+}
+
 fn weight_word(i: u32) -> u32 {
     return w[i];
 }
@@ -73,8 +78,8 @@ fn matmul_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
                 var xh: array<vec4<f32>, MAX_TOKENS>;
                 for (var i = 0u; i < TOKENS; i++) {
                     let xi = xrow[i] + k + g * 4u;
-                    xl[i] = vec4<f32>(x[xi], x[xi + 1u], x[xi + 2u], x[xi + 3u]);
-                    xh[i] = vec4<f32>(x[xi + 16u], x[xi + 17u], x[xi + 18u], x[xi + 19u]);
+                    xl[i] = x4(xi);
+                    xh[i] = x4(xi + 16u);
                 }
                 for (var j = 0u; j < ROWS; j++) {
                     let q = w[wrow[j] / 4u + b + 1u + g];
@@ -109,11 +114,11 @@ fn matmul_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
                 var xd: array<vec4<f32>, MAX_TOKENS>;
                 for (var i = 0u; i < TOKENS; i++) {
                     let xi = xrow[i] + k + g * 4u;
-                    xa[i] = vec4<f32>(x[xi], x[xi + 1u], x[xi + 2u], x[xi + 3u]);
-                    xb[i] = vec4<f32>(x[xi + 32u], x[xi + 33u], x[xi + 34u], x[xi + 35u]);
+                    xa[i] = x4(xi);
+                    xb[i] = x4(xi + 32u);
                     if (DTYPE == TYPE_Q4_0) {
-                        xc[i] = vec4<f32>(x[xi + 16u], x[xi + 17u], x[xi + 18u], x[xi + 19u]);
-                        xd[i] = vec4<f32>(x[xi + 48u], x[xi + 49u], x[xi + 50u], x[xi + 51u]);
+                        xc[i] = x4(xi + 16u);
+                        xd[i] = x4(xi + 48u);
                     }
                 }
                 for (var j = 0u; j < ROWS; j++) {
@@ -153,7 +158,7 @@ fn matmul_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
         var xv: array<vec4<f32>, MAX_TOKENS>;
         for (var i = 0u; i < TOKENS; i++) {
             let xi = xrow[i] + k;
-            xv[i] = vec4<f32>(x[xi], x[xi + 1u], x[xi + 2u], x[xi + 3u]);
+            xv[i] = x4(xi);
         }
         for (var j = 0u; j < ROWS; j++) {
             let wv = weights4(wrow[j], k);
