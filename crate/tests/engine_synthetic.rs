@@ -1,7 +1,11 @@
 //! The engine on small synthetic models: fast checks of batching, delta prefill at an offset
 //! and weight types the default model does not use, against the CPU reference.
 
+mod common;
+
 use std::sync::Arc;
+
+use common::rel_err;
 
 use radixlm::engine::{Engine, EngineOptions, Sequence};
 use radixlm::gguf::{GgmlType, GgufFile};
@@ -9,12 +13,6 @@ use radixlm::gpu::context::LimitsPolicy;
 use radixlm::gpu::executor::{block_on, open};
 use radixlm::model::reference::{ReferenceCache, ReferenceModel};
 use radixlm::model::synthetic::SyntheticSpec;
-
-fn rel_err(got: &[f32], want: &[f32]) -> f32 {
-    let num: f32 = got.iter().zip(want).map(|(a, b)| (a - b) * (a - b)).sum();
-    let den: f32 = want.iter().map(|b| b * b).sum();
-    (num / den).sqrt()
-}
 
 fn tokens(n: usize, vocab: usize) -> Vec<u32> {
     (0..n).map(|i| ((i * 7919 + 13) % vocab) as u32).collect()

@@ -5,6 +5,8 @@ mod common;
 
 use std::sync::Arc;
 
+use common::rel_err;
+
 use radixlm::engine::{Engine, EngineError, EngineOptions, Sequence};
 use radixlm::gguf::GgufFile;
 use radixlm::kv::CacheError;
@@ -41,12 +43,6 @@ fn top2(l: &[f32]) -> ((u32, f32), (u32, f32)) {
         }
     }
     (best, second)
-}
-
-fn rel_err(got: &[f32], want: &[f32]) -> f32 {
-    let num: f32 = got.iter().zip(want).map(|(a, b)| (a - b) * (a - b)).sum();
-    let den: f32 = want.iter().map(|b| b * b).sum();
-    (num / den).sqrt()
 }
 
 #[test]

@@ -41,3 +41,10 @@ pub fn goldens() -> Goldens {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/goldens.json");
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
+
+/// Relative L2 error of `got` against `want`.
+pub fn rel_err(got: &[f32], want: &[f32]) -> f32 {
+    let num: f32 = got.iter().zip(want).map(|(a, b)| (a - b) * (a - b)).sum();
+    let den: f32 = want.iter().map(|b| b * b).sum();
+    (num / den).sqrt()
+}
