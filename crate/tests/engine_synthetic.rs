@@ -23,7 +23,7 @@ fn check(spec: SyntheticSpec, opts: EngineOptions, n: usize) {
     let bytes = spec.to_gguf();
     let reference = ReferenceModel::load(&GgufFile::parse(&bytes).unwrap()).unwrap();
     let gpu = Arc::new(open(LimitsPolicy::WebGpuDefault).unwrap());
-    let mut engine = Engine::load(gpu.clone(), &bytes, &opts).unwrap();
+    let mut engine = block_on(&gpu, Engine::load(gpu.clone(), &bytes, &opts)).unwrap();
     let ids = tokens(n, spec.vocab_size);
     let want = reference.forward(&ids, &mut ReferenceCache::default());
     let want = &want[want.len() - spec.vocab_size..];

@@ -28,7 +28,7 @@ const NEAR_TIE: f32 = 0.25;
 
 fn engine(policy: LimitsPolicy, opts: &EngineOptions) -> Engine {
     let gpu = Arc::new(open(policy).expect("a Vulkan device (Mesa llvmpipe on CI)"));
-    Engine::load(gpu, &common::default_model_bytes(), opts).expect("model loads")
+    block_on(&gpu.clone(), Engine::load(gpu, &common::default_model_bytes(), opts)).expect("model loads")
 }
 
 fn top2(l: &[f32]) -> ((u32, f32), (u32, f32)) {
@@ -133,7 +133,7 @@ fn a_prompt_over_the_context_or_the_kv_budget_is_a_clear_error() {
     let gpu = Arc::new(open(LimitsPolicy::Adapter).unwrap());
     let bytes = common::default_model_bytes();
     let opts = EngineOptions { max_context: Some(64), ..Default::default() };
-    let mut engine = Engine::load(gpu.clone(), &bytes, &opts).unwrap();
+    let mut engine = block_on(&gpu, Engine::load(gpu.clone(), &bytes, &opts)).unwrap();
     let long: Vec<u32> = (0..65).map(|i| 100 + i).collect();
     let err = block_on(&gpu, engine.logits(&mut Sequence::default(), &long)).unwrap_err();
     assert!(matches!(err, EngineError::PromptTooLong { prompt_tokens: 65, limit: 64 }), "{err}");
@@ -142,7 +142,7 @@ fn a_prompt_over_the_context_or_the_kv_budget_is_a_clear_error() {
     // A pool of 4 pages (64 tokens) with a context allowing more: the budget is the limit.
     let page = radixlm::kv::pool::page_bytes(&engine.cfg, 16);
     let opts = EngineOptions { kv_budget_bytes: 4 * page, max_context: Some(8192), ..Default::default() };
-    let mut engine = Engine::load(gpu.clone(), &bytes, &opts).unwrap();
+    let mut engine = block_on(&gpu, Engine::load(gpu.clone(), &bytes, &opts)).unwrap();
     assert_eq!(engine.kv_capacity_tokens(), 64);
     // One sequence holds three of the four pages; another needing two (sharing nothing with
     // it) is refused, and the held pages are untouched.

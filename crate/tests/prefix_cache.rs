@@ -26,7 +26,7 @@ const QUESTION: &str = " Question: who was the first keeper of the lighthouse, a
 
 fn engine_with(bytes: &[u8], opts: EngineOptions) -> Engine {
     let gpu = Arc::new(open(LimitsPolicy::Adapter).expect("a Vulkan device (Mesa llvmpipe on CI)"));
-    Engine::load(gpu, bytes, &opts).expect("model loads")
+    block_on(&gpu.clone(), Engine::load(gpu, bytes, &opts)).expect("model loads")
 }
 
 fn config(bytes: &[u8]) -> radixlm::model::Config {

@@ -7,10 +7,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use radixlm::engine::sampling::SamplingParams;
 use radixlm::engine::session::ChatSession;
-use radixlm::engine::{Engine, EngineOptions, Generation, Sequence};
-use radixlm::gguf::GgufFile;
+use radixlm::engine::{Engine, EngineOptions, Generation, Sequence, Step};
+use radixlm::gguf::{GgmlType, GgufFile};
 use radixlm::gpu::context::LimitsPolicy;
 use radixlm::gpu::executor::{block_on, open};
+use radixlm::model::synthetic::SyntheticSpec;
 use radixlm::model::Config;
 use radixlm::tokenizer::{ChatTemplate, Message};
 
@@ -81,8 +82,22 @@ enum Command {
         /// Wrap the prompt as a user message in the model's chat template.
         #[arg(long)]
         chat: bool,
+        /// Print one line of JSON (prompt ids, generated ids, each step's top-2 logit gap, text,
+        /// finish reason, stats) instead of streaming text.
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         sampling: SamplingArgs,
+    },
+    /// Write a synthetic GGUF model with seeded random weights (test and benchmark models).
+    Synth {
+        #[arg(long, value_enum, default_value_t = SynthPreset::Tiny)]
+        preset: SynthPreset,
+        /// Type of the projection matrices (the preset's own when absent).
+        #[arg(long, value_enum)]
+        r#type: Option<SynthType>,
+        #[arg(long)]
+        out: PathBuf,
     },
     /// Chat with a model in the terminal.
     Chat {
@@ -99,6 +114,26 @@ enum Command {
         #[command(subcommand)]
         which: Bench,
     },
+}
+
+#[derive(clap::ValueEnum, Clone, Copy)]
+enum SynthPreset {
+    /// Two layers, 192 wide, a 512-token byte-level vocabulary: a few MB.
+    Tiny,
+    /// SmolLM2-135M's shapes.
+    Smollm2_135m,
+    /// Llama-3.2-1B's shapes.
+    #[value(name = "llama-3.2-1b")]
+    Llama3_2_1b,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy)]
+enum SynthType {
+    F32,
+    F16,
+    Q8_0,
+    Q4_0,
+    Q4_1,
 }
 
 #[derive(Subcommand)]
@@ -153,23 +188,48 @@ fn load_engine(args: &ModelArgs) -> Result<Engine, AnyError> {
     let policy = if args.webgpu_limits { LimitsPolicy::WebGpuDefault } else { LimitsPolicy::Adapter };
     let gpu = std::sync::Arc::new(open(policy)?);
     let opts = EngineOptions { kv_budget_bytes: args.kv_mib << 20, ..EngineOptions::default() };
-    Ok(Engine::load(gpu, &bytes, &opts)?)
+    Ok(block_on(&gpu.clone(), Engine::load(gpu, &bytes, &opts))?)
 }
 
 fn run(cli: Cli) -> Result<(), AnyError> {
     match cli.command {
         Command::Info { model } => info(&model),
-        Command::Generate { model, prompt, chat, sampling } => {
+        Command::Generate { model, prompt, chat, json, sampling } => {
             let mut engine = load_engine(&model)?;
             let tokens = if chat {
                 engine.chat_tokens(&[Message { role: "user".into(), content: prompt }])?
             } else {
                 engine.tokenizer.encode(&prompt, true)?
             };
+            if json {
+                return generate_json(&mut engine, &tokens, &sampling.params());
+            }
             let mut seq = Sequence::default();
             let gen = generate_streaming(&mut engine, &mut seq, &tokens, &sampling.params())?;
             println!();
             print_stats(&gen);
+            Ok(())
+        }
+        Command::Synth { preset, r#type, out } => {
+            let mut spec = match preset {
+                SynthPreset::Tiny => SyntheticSpec::tiny(),
+                SynthPreset::Smollm2_135m => SyntheticSpec::smollm2_135m_shape(),
+                SynthPreset::Llama3_2_1b => SyntheticSpec::llama_3_2_1b_shape(),
+            };
+            if let Some(ty) = r#type {
+                spec.weight_type = match ty {
+                    SynthType::F32 => GgmlType::F32,
+                    SynthType::F16 => GgmlType::F16,
+                    SynthType::Q8_0 => GgmlType::Q8_0,
+                    SynthType::Q4_0 => GgmlType::Q4_0,
+                    SynthType::Q4_1 => GgmlType::Q4_1,
+                };
+            }
+            // Written beside the target and renamed, so a reader never sees half a file.
+            let tmp = out.with_extension("partial");
+            std::fs::write(&tmp, spec.to_gguf()).map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+            std::fs::rename(&tmp, &out).map_err(|e| format!("cannot rename to {}: {e}", out.display()))?;
+            eprintln!("wrote {}", out.display());
             Ok(())
         }
         Command::Bench { which: Bench::Prefix { model, mut prefix_lens, long, delta, repeats } } => {
@@ -207,6 +267,36 @@ fn generate_streaming(engine: &mut Engine, seq: &mut Sequence, tokens: &[u32], p
         true
     });
     Ok(block_on(&gpu, fut)?)
+}
+
+/// Generates step by step, keeping each sampled token's top-2 logit gap, and prints one JSON line.
+fn generate_json(engine: &mut Engine, prompt: &[u32], params: &SamplingParams) -> Result<(), AnyError> {
+    let gpu = engine.gpu.clone();
+    let mut seq = Sequence::default();
+    let mut req = engine.start(&mut seq, prompt, params)?;
+    let mut gaps = Vec::new();
+    let generation = loop {
+        match block_on(&gpu, engine.step(&mut req)) {
+            Ok(Step::Prefill { .. }) => {}
+            Ok(Step::Token { top2_gap, .. }) => gaps.push(top2_gap),
+            Ok(Step::Done { generation, .. }) => break generation,
+            Err(e) => {
+                engine.release(&mut req.into_sequence());
+                return Err(e.into());
+            }
+        }
+    };
+    engine.release(&mut req.into_sequence());
+    let out = serde_json::json!({
+        "prompt_ids": prompt,
+        "tokens": generation.tokens,
+        "top2_gaps": gaps,
+        "text": generation.text,
+        "finish_reason": generation.finish_reason,
+        "stats": generation.stats,
+    });
+    println!("{out}");
+    Ok(())
 }
 
 fn print_stats(gen: &Generation) {

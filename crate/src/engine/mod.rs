@@ -5,6 +5,9 @@
 //! (TTFT) → decode until EOS, a stop string, `max_tokens` or the context limit.
 
 pub mod forward;
+pub mod histories;
+pub mod loader;
+pub mod request;
 pub mod sampling;
 pub mod session;
 mod stop;
@@ -12,19 +15,16 @@ pub mod weights;
 
 use std::sync::Arc;
 
-use web_time::Instant;
-
-use crate::gguf::{GgufError, GgufFile};
+use crate::gguf::GgufError;
 use crate::gpu::context::{Gpu, GpuError};
 use crate::kv::pool::{KvPool, DEFAULT_PAGE_SIZE};
 use crate::kv::{CacheError, CacheStats, PrefixCache};
-use crate::model::fingerprint::fingerprint;
 use crate::model::{Config, ModelError};
-use crate::tokenizer::{ChatTemplate, StreamDecoder, Tokenizer, TokenizerError};
+use crate::tokenizer::{ChatTemplate, Tokenizer, TokenizerError};
 
 use forward::Forward;
-use sampling::{Sampler, SamplingParams};
-use stop::StopMatcher;
+pub use loader::ModelLoader;
+pub use request::{Request, Step};
 use weights::ModelWeights;
 
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +45,12 @@ pub enum EngineError {
     EmptyPrompt,
     #[error("the model has no chat template (tokenizer.chat_template)")]
     NoChatTemplate,
+    #[error("the model loader already failed; start a new load")]
+    LoaderFailed,
+    #[error("this request is over; start a new one")]
+    RequestOver,
+    #[error("internal error: {0}")]
+    Internal(&'static str),
 }
 
 /// Engine settings chosen by the embedding application.
@@ -107,6 +113,8 @@ pub struct Generation {
 }
 
 pub struct Engine {
+    /// The model's `general.name`.
+    pub model_name: String,
     /// Shared so a native executor can poll the device while a request borrows the engine.
     pub gpu: Arc<Gpu>,
     pub cfg: Config,
@@ -116,6 +124,11 @@ pub struct Engine {
     /// Identifies the model's weights, metadata and tokenizer; seeds the cache's page hashes.
     pub fingerprint: u128,
     cache: PrefixCache,
+    /// Ids of finished conversations, so a stateless request resending one matches its pages.
+    histories: histories::TokenHistories,
+    /// Prompt tokens reused from the cache over every request so far.
+    tokens_reused: u64,
+    requests: u64,
     /// Owned here so the weights live as long as the bind groups that read them.
     _weights: ModelWeights,
     /// The KV pages the forward pass's bind groups read and write.
@@ -124,20 +137,50 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// Parses a GGUF model, uploads its weights and builds the forward pass.
-    pub fn load(gpu: Arc<Gpu>, gguf: &[u8], opts: &EngineOptions) -> Result<Self, EngineError> {
-        let file = GgufFile::parse(gguf)?;
-        let cfg = Config::from_gguf(&file)?;
-        let tokenizer = Tokenizer::from_gguf(&file)?;
-        let chat_template = ChatTemplate::from_gguf(&file)?;
-        let fingerprint = fingerprint(&file);
-        let weights = ModelWeights::upload(&gpu, &file, &cfg)?;
+    /// Loads a GGUF model held in memory: the same path as a stream, in one chunk.
+    pub async fn load(gpu: Arc<Gpu>, gguf: &[u8], opts: &EngineOptions) -> Result<Self, EngineError> {
+        let mut loader = ModelLoader::new(gpu, opts.clone(), Some(gguf.len() as u64));
+        loader.push(gguf)?;
+        loader.finish().await
+    }
+
+    /// The engine over uploaded weights: sizes the KV pool and builds the forward pass.
+    #[allow(clippy::too_many_arguments)]
+    async fn assemble(
+        model_name: String,
+        gpu: Arc<Gpu>,
+        cfg: Config,
+        tokenizer: Tokenizer,
+        chat_template: Option<ChatTemplate>,
+        fingerprint: u128,
+        weights: ModelWeights,
+        opts: &EngineOptions,
+    ) -> Result<Self, EngineError> {
+        let alloc = gpu.alloc_scope("the KV cache and activations");
         let pool = KvPool::new(&gpu, &cfg, opts.page_size, opts.kv_budget_bytes);
         let cache = PrefixCache::new(pool.n_pages as u32, opts.page_size, fingerprint);
         let max_context = opts.max_context.unwrap_or(cfg.n_ctx_train).min(cfg.n_ctx_train).min(cache.capacity_tokens());
         let max_pages = max_context.div_ceil(opts.page_size);
-        let forward = Forward::new(&gpu, &cfg, &weights, &pool, opts.max_batch, max_pages)?;
-        Ok(Self { gpu, cfg, tokenizer, chat_template, max_context, fingerprint, cache, _weights: weights, _pool: pool, forward })
+        let forward = Forward::new(&gpu, &cfg, &weights, &pool, opts.max_batch, max_pages);
+        alloc.finish().await?;
+        let forward = forward?;
+        gpu.check()?;
+        Ok(Self {
+            model_name,
+            gpu,
+            cfg,
+            tokenizer,
+            chat_template,
+            max_context,
+            fingerprint,
+            cache,
+            histories: Default::default(),
+            tokens_reused: 0,
+            requests: 0,
+            _weights: weights,
+            _pool: pool,
+            forward,
+        })
     }
 
     pub fn kv_capacity_tokens(&self) -> usize {
@@ -146,6 +189,11 @@ impl Engine {
 
     pub fn cache_stats(&self) -> CacheStats {
         self.cache.stats()
+    }
+
+    /// Requests started so far and the prompt tokens they reused from the cache.
+    pub fn usage_totals(&self) -> (u64, u64) {
+        (self.requests, self.tokens_reused)
     }
 
     /// Evicts every cached prefix that no live sequence holds (pinned ones too).
@@ -170,9 +218,21 @@ impl Engine {
 
     /// Tokens of a rendered chat conversation, ending with the assistant's turn opening.
     pub fn chat_tokens(&self, messages: &[crate::tokenizer::Message]) -> Result<Vec<u32>, EngineError> {
+        Ok(self.tokenizer.encode(&self.render_chat(messages, true)?, true)?)
+    }
+
+    /// Tokens of a conversation prefix to pin (the assistant's turn not opened), remembered so
+    /// that later conversations starting with it start with exactly these ids.
+    pub fn chat_prefix_tokens(&mut self, messages: &[crate::tokenizer::Message]) -> Result<Vec<u32>, EngineError> {
+        let text = self.render_chat(messages, false)?;
+        let ids = self.histories.encode(&self.tokenizer, &text)?;
+        self.histories.record(text, ids.clone());
+        Ok(ids)
+    }
+
+    pub fn render_chat(&self, messages: &[crate::tokenizer::Message], open: bool) -> Result<String, EngineError> {
         let template = self.chat_template.as_ref().ok_or(EngineError::NoChatTemplate)?;
-        let text = template.render(messages, true)?;
-        Ok(self.tokenizer.encode(&text, true)?)
+        Ok(template.render(messages, open)?)
     }
 
     /// Ends a sequence: its full pages stay cached for later requests, the rest is freed.
@@ -193,7 +253,7 @@ impl Engine {
             pos = end;
         }
         seq.extend(&tokens[start..]);
-        Ok(logits.expect("prefill of at least one token"))
+        logits.ok_or(EngineError::Internal("prefill ran no batch"))
     }
 
     /// Runs a forward pass over the whole of `tokens` after what `seq` already holds and returns
@@ -215,97 +275,4 @@ impl Engine {
         }
         Ok(())
     }
-
-    /// Generates a reply to `prompt` (the whole token history of the conversation). What `seq`
-    /// already holds of it is reused; the rest is prefilled. `on_text` receives each piece of
-    /// text as it is decoded and returns false to stop.
-    pub async fn generate(
-        &mut self,
-        seq: &mut Sequence,
-        prompt: &[u32],
-        params: &SamplingParams,
-        mut on_text: impl FnMut(&str) -> bool,
-    ) -> Result<Generation, EngineError> {
-        self.check_prompt(prompt)?;
-        let started = Instant::now();
-        let reused = self.cache.adopt(seq, prompt);
-        let prefilled = self.prefill(seq, prompt).await;
-        let mut logits = match prefilled {
-            Ok(l) => l,
-            Err(e) => {
-                self.cache.commit(seq);
-                return Err(e);
-            }
-        };
-        let prefill_s = started.elapsed().as_secs_f64();
-
-        let mut sampler = Sampler::new(params.clone());
-        let mut decoder = StreamDecoder::new();
-        let mut stops = StopMatcher::new(&params.stop);
-        let mut out = Vec::new();
-        let mut ttft = None;
-        let decode_started = Instant::now();
-        let finish = loop {
-            let token = sampler.sample(&logits);
-            ttft.get_or_insert_with(|| started.elapsed().as_secs_f64());
-            if !params.ignore_eos && self.tokenizer.stop_ids().contains(&token) {
-                break FinishReason::Stop;
-            }
-            out.push(token);
-            let piece = decoder.push(&self.tokenizer, token)?;
-            let (emit, stopped) = stops.push(&piece);
-            if !emit.is_empty() && !on_text(&emit) {
-                break FinishReason::Aborted;
-            }
-            if stopped {
-                break FinishReason::Stop;
-            }
-            if out.len() >= params.max_tokens {
-                break FinishReason::Length;
-            }
-            if seq.len() + 1 > self.max_context || self.cache.reserve(seq, seq.len() + 1).is_err() {
-                break FinishReason::ContextFull;
-            }
-            match self.forward.run(&self.gpu, &[token], seq.len(), seq.pages(), true).await {
-                Ok(l) => logits = l.expect("logits requested"),
-                Err(e) => {
-                    self.cache.commit(seq);
-                    return Err(e);
-                }
-            }
-            seq.extend(&[token]);
-        };
-        // The prompt's and the reply's full pages become reusable by later requests.
-        self.cache.commit(seq);
-        // Release what was held back: an unfinished character, or text that only looked like
-        // the start of a stop string.
-        if !stops.stopped() {
-            let (mut rest, stopped) = stops.push(&decoder.finish());
-            if !stopped {
-                rest.push_str(&stops.flush());
-            }
-            if !rest.is_empty() {
-                on_text(&rest);
-            }
-        }
-        let decode_s = decode_started.elapsed().as_secs_f64();
-        let prefilled = prompt.len() - reused;
-        let text = stops.text().to_string();
-        Ok(Generation {
-            stats: GenerationStats {
-                prompt_tokens: prompt.len(),
-                reused_tokens: reused,
-                prefilled_tokens: prefilled,
-                generated_tokens: out.len(),
-                ttft_ms: ttft.unwrap_or(prefill_s) * 1e3,
-                prefill_tokens_per_s: prefilled as f64 / prefill_s.max(1e-9),
-                decode_tokens_per_s: out.len().saturating_sub(1) as f64 / decode_s.max(1e-9),
-            },
-            tokens: out,
-            text,
-            finish_reason: finish,
-            hit_stop_string: stops.stopped(),
-        })
-    }
 }
-

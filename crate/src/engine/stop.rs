@@ -2,15 +2,15 @@
 
 /// Holds back text that could be the start of a stop string, so a stop string is never
 /// streamed to the user, and detects when one completes.
-pub(super) struct StopMatcher<'a> {
-    stops: &'a [String],
+pub(super) struct StopMatcher {
+    stops: Vec<String>,
     text: String,
     emitted: usize,
     stopped: bool,
 }
 
-impl<'a> StopMatcher<'a> {
-    pub(super) fn new(stops: &'a [String]) -> Self {
+impl StopMatcher {
+    pub(super) fn new(stops: Vec<String>) -> Self {
         Self { stops, text: String::new(), emitted: 0, stopped: false }
     }
 
@@ -64,7 +64,7 @@ mod tests {
     #[test]
     fn stop_strings_are_held_back_and_cut() {
         let stops = vec!["\nUser:".to_string()];
-        let mut m = StopMatcher::new(&stops);
+        let mut m = StopMatcher::new(stops);
         assert_eq!(m.push("Hello"), ("Hello".into(), false));
         assert_eq!(m.push(" there\nUs"), (" there".into(), false));
         assert_eq!(m.push("er: hi"), ("".into(), true));
@@ -74,7 +74,7 @@ mod tests {
     #[test]
     fn held_text_that_is_not_a_stop_is_released() {
         let stops = vec!["END".to_string()];
-        let mut m = StopMatcher::new(&stops);
+        let mut m = StopMatcher::new(stops);
         assert_eq!(m.push("the E"), ("the ".into(), false));
         assert_eq!(m.push("nd"), ("End".into(), false));
         assert_eq!(m.push(" EN"), (" ".into(), false));

@@ -1,6 +1,6 @@
 //! The model's weights on the GPU, uploaded in their GGUF block formats.
 
-use crate::gguf::GgufFile;
+use crate::gguf::GgufHeader;
 use crate::gpu::context::Gpu;
 use crate::gpu::weights::GpuWeight;
 use crate::model::{Config, ModelError};
@@ -27,16 +27,35 @@ pub struct ModelWeights {
     pub layers: Vec<LayerWeights>,
 }
 
+/// Where a run of the file's tensor data goes: `len` bytes at `offset` in the data section
+/// are the contents of `buffer`.
+pub struct UploadTarget {
+    pub offset: u64,
+    pub len: u64,
+    pub buffer: wgpu::Buffer,
+}
+
 impl ModelWeights {
-    pub fn upload(gpu: &Gpu, f: &GgufFile, cfg: &Config) -> Result<Self, EngineError> {
+    /// Buffers for every weight the model uses, and where in the file each one's bytes are.
+    /// Nothing is written yet: the bytes arrive later (`loader`), so no copy of the file is held.
+    pub fn allocate(gpu: &Gpu, f: &GgufHeader, cfg: &Config) -> Result<(Self, Vec<UploadTarget>), EngineError> {
+        let targets = std::cell::RefCell::new(Vec::new());
+        let info = |name: &str| f.tensor_info(name).ok_or_else(|| EngineError::from(ModelError::MissingTensor(name.into())));
         let matrix = |name: &str| -> Result<GpuWeight, EngineError> {
-            let t = f.tensor(name).ok_or_else(|| ModelError::MissingTensor(name.into()))?;
-            let (k, n) = (t.info.dims[0] as usize, t.info.dims[1] as usize);
-            Ok(GpuWeight::upload(gpu, name, t.info.ty, k, n, t.data)?)
+            let t = info(name)?;
+            let (k, n) = (t.dims[0] as usize, t.dims[1] as usize);
+            let w = GpuWeight::allocate(gpu, name, t.ty, k, n)?;
+            let mut targets = targets.borrow_mut();
+            for (buffer, range) in w.part_ranges() {
+                targets.push(UploadTarget { offset: t.offset + range.start as u64, len: range.len() as u64, buffer: buffer.clone() });
+            }
+            Ok(w)
         };
         let vector = |name: &str| -> Result<wgpu::Buffer, EngineError> {
-            let t = f.tensor(name).ok_or_else(|| ModelError::MissingTensor(name.into()))?;
-            Ok(gpu.upload(name, t.data))
+            let t = info(name)?;
+            let buffer = gpu.storage(name, t.n_bytes);
+            targets.borrow_mut().push(UploadTarget { offset: t.offset, len: t.n_bytes, buffer: buffer.clone() });
+            Ok(buffer)
         };
         let layers = (0..cfg.n_layers)
             .map(|i| {
@@ -54,12 +73,15 @@ impl ModelWeights {
                 })
             })
             .collect::<Result<_, EngineError>>()?;
-        Ok(Self {
+        let weights = Self {
             token_embd: matrix("token_embd.weight")?,
             output_norm: vector("output_norm.weight")?,
             output: if cfg.tied_embeddings { None } else { Some(matrix("output.weight")?) },
             layers,
-        })
+        };
+        let mut targets = targets.into_inner();
+        targets.sort_by_key(|t| t.offset);
+        Ok((weights, targets))
     }
 
     pub fn lm_head(&self) -> &GpuWeight {

@@ -10,5 +10,5 @@ pub mod reader;
 pub mod writer;
 
 pub use blocks::GgmlType;
-pub use reader::{GgufError, GgufFile, MetaValue, TensorInfo, TensorView};
+pub use reader::{GgufError, GgufFile, GgufHeader, MetaValue, TensorInfo, TensorView};
 pub use writer::GgufWriter;

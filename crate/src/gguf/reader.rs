@@ -189,22 +189,67 @@ impl TensorView<'_> {
     }
 }
 
-/// A parsed GGUF file borrowing its bytes.
+/// What precedes the tensor data: version, metadata and the tensor table. A model streamed from
+/// the network is parsed from its first bytes into this, before its tensor data arrives.
 #[derive(Debug)]
-pub struct GgufFile<'a> {
+pub struct GgufHeader {
     pub version: u32,
     pub metadata: BTreeMap<String, MetaValue>,
     pub tensors: Vec<TensorInfo>,
     pub alignment: u64,
     /// Offset of the data section in the file.
     pub data_offset: u64,
+}
+
+/// A parsed GGUF file borrowing its bytes; its header's fields are reached through `Deref`.
+#[derive(Debug)]
+pub struct GgufFile<'a> {
+    pub header: GgufHeader,
     data: &'a [u8],
 }
 
 impl<'a> GgufFile<'a> {
     /// Parses header, metadata and tensor table, validating every tensor's extent.
     pub fn parse(bytes: &'a [u8]) -> Result<Self, GgufError> {
-        let mut r = Cursor { bytes, pos: 0, elements_left: MAX_METADATA_ELEMENTS };
+        let header = GgufHeader::parse(bytes, bytes.len() as u64)?;
+        // Past the end of a file with no tensor data the data section is simply empty.
+        let data = usize::try_from(header.data_offset).ok().and_then(|o| bytes.get(o..)).unwrap_or(&[]);
+        Ok(Self { header, data })
+    }
+
+    /// A zero-copy view of a tensor's bytes.
+    pub fn tensor(&self, name: &str) -> Option<TensorView<'_>> {
+        let info = self.tensor_info(name)?;
+        Some(self.view(info))
+    }
+
+    pub fn view<'s>(&'s self, info: &'s TensorInfo) -> TensorView<'s> {
+        // Extents were validated in `parse`.
+        let start = info.offset as usize;
+        TensorView { info, data: &self.data[start..start + info.n_bytes as usize] }
+    }
+
+    /// The tensor data section (after the header), for fingerprinting.
+    pub fn data_section(&self) -> &'a [u8] {
+        self.data
+    }
+}
+
+impl std::ops::Deref for GgufFile<'_> {
+    type Target = GgufHeader;
+    fn deref(&self) -> &GgufHeader {
+        &self.header
+    }
+}
+
+impl GgufHeader {
+    /// Parses the header from `bytes`, the first bytes of a file of `file_len` bytes (all of it
+    /// or a prefix), checking every tensor's extent against `file_len`. A prefix too short for
+    /// the header fails with `Truncated` whose `offset + needed`, when within `file_len`, is
+    /// how many bytes a retry needs; past `file_len` the file itself is too short.
+    pub fn parse(bytes: &[u8], file_len: u64) -> Result<Self, GgufError> {
+        let file_len = file_len.max(bytes.len() as u64);
+        let mut r = Cursor { bytes, file_len, pos: 0, elements_left: MAX_METADATA_ELEMENTS };
         let magic = r.fixed::<4>(|| "magic".into())?;
         if &magic != MAGIC {
             return Err(GgufError::BadMagic(magic));
@@ -271,10 +316,8 @@ impl<'a> GgufFile<'a> {
             tensors.push(TensorInfo { name, dims, ty, offset, n_bytes });
         }
 
-        // Past the end of a file with no tensor data the data section is simply empty.
         let data_offset = align_up(r.pos as u64, alignment);
-        let data = usize::try_from(data_offset).ok().and_then(|o| bytes.get(o..)).unwrap_or(&[]);
-        let data_len = data.len() as u64;
+        let data_len = file_len.saturating_sub(data_offset);
         for t in &tensors {
             let end = t.offset.checked_add(t.n_bytes);
             if end.is_none_or(|end| end > data_len) {
@@ -295,7 +338,7 @@ impl<'a> GgufFile<'a> {
                 return Err(GgufError::OverlappingTensors { a: w[0].name.clone(), b: w[1].name.clone() });
             }
         }
-        Ok(Self { version, metadata, tensors, alignment, data_offset, data })
+        Ok(Self { version, metadata, tensors, alignment, data_offset })
     }
 
     pub fn get(&self, key: &str) -> Option<&MetaValue> {
@@ -328,23 +371,6 @@ impl<'a> GgufFile<'a> {
 
     pub fn tensor_info(&self, name: &str) -> Option<&TensorInfo> {
         self.tensors.iter().find(|t| t.name == name)
-    }
-
-    /// A zero-copy view of a tensor's bytes.
-    pub fn tensor(&self, name: &str) -> Option<TensorView<'_>> {
-        let info = self.tensor_info(name)?;
-        Some(self.view(info))
-    }
-
-    pub fn view<'s>(&'s self, info: &'s TensorInfo) -> TensorView<'s> {
-        // Extents were validated in `parse`.
-        let start = info.offset as usize;
-        TensorView { info, data: &self.data[start..start + info.n_bytes as usize] }
-    }
-
-    /// The tensor data section (after the header), for fingerprinting.
-    pub fn data_section(&self) -> &'a [u8] {
-        self.data
     }
 }
 
@@ -405,19 +431,23 @@ type What<'w> = &'w dyn Fn() -> String;
 /// Reads the file front to back. Every read checks the bytes that remain first, so a forged
 /// length fails here instead of reaching an allocation.
 struct Cursor<'a> {
+    /// The bytes at hand: the whole file or its first bytes.
     bytes: &'a [u8],
+    /// The file's length, which bounds counts and extents even when only a prefix is at hand.
+    file_len: u64,
     pos: usize,
     /// Array elements the metadata may still hold (`MAX_METADATA_ELEMENTS` in all).
     elements_left: u64,
 }
 
 impl<'a> Cursor<'a> {
+    /// Bytes of the file after the cursor, at hand or not.
     fn remaining(&self) -> u64 {
-        (self.bytes.len() - self.pos) as u64
+        self.file_len - self.pos as u64
     }
 
     fn truncated(&self, what: String, needed: u64) -> GgufError {
-        GgufError::Truncated { what, offset: self.pos as u64, needed, len: self.bytes.len() as u64 }
+        GgufError::Truncated { what, offset: self.pos as u64, needed, len: self.file_len }
     }
 
     /// Fails unless `count` items of at least `min_size` bytes each could still fit.
@@ -431,7 +461,7 @@ impl<'a> Cursor<'a> {
 
     /// The next `n` bytes; `what` names them if they are missing.
     fn take(&mut self, n: u64, what: impl FnOnce() -> String) -> Result<&'a [u8], GgufError> {
-        if n > self.remaining() {
+        if n > (self.bytes.len() - self.pos) as u64 {
             return Err(self.truncated(what(), n));
         }
         // `n` fits in `usize`: it is at most the length of a slice.

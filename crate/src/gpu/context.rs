@@ -1,5 +1,7 @@
 //! The device, its limits and small buffer helpers.
 
+use std::sync::{Arc, Mutex};
+
 use super::pipelines::PipelineCache;
 use wgpu::util::DeviceExt;
 
@@ -16,6 +18,12 @@ pub enum GpuError {
     ReadbackRange { offset: u64, bytes: u64, size: u64 },
     #[error("weight `{name}`: {reason}")]
     Weight { name: String, reason: String },
+    #[error("the GPU ran out of memory while allocating {what}; try a smaller model or KV budget, or close other tabs and apps")]
+    OutOfMemory { what: String },
+    #[error("the GPU device was lost ({0}); the model must be loaded again")]
+    DeviceLost(String),
+    #[error("GPU error: {0}")]
+    Uncaptured(String),
 }
 
 /// Which limits to request from the adapter.
@@ -53,6 +61,36 @@ pub struct Gpu {
     pub limits: wgpu::Limits,
     pub info: wgpu::AdapterInfo,
     pub(crate) pipelines: PipelineCache,
+    health: Arc<Health>,
+}
+
+/// What the device reported on its own: errors no scope captured, and its loss. wgpu's default
+/// handler panics on an uncaptured error, which in wasm kills the module; ours keeps the error
+/// for the engine to return from the request it belongs to.
+#[derive(Default)]
+struct Health {
+    uncaptured: Mutex<Option<String>>,
+    lost: Mutex<Option<String>>,
+}
+
+/// Allocations whose out-of-memory and validation errors become an error naming `what`.
+/// wgpu error scopes are a per-thread stack: pop in reverse order of pushing.
+pub struct AllocScope {
+    what: String,
+    validation: wgpu::ErrorScopeGuard,
+    oom: wgpu::ErrorScopeGuard,
+}
+
+impl AllocScope {
+    pub async fn finish(self) -> Result<(), GpuError> {
+        let validation = self.validation.pop().await;
+        let oom = self.oom.pop().await;
+        match (oom, validation) {
+            (Some(_), _) => Err(GpuError::OutOfMemory { what: self.what }),
+            (None, Some(e)) => Err(GpuError::Uncaptured(format!("allocating {}: {e}", self.what))),
+            (None, None) => Ok(()),
+        }
+    }
 }
 
 impl Gpu {
@@ -79,7 +117,42 @@ impl Gpu {
             })
             .await
             .map_err(|e| GpuError::RequestDevice(e.to_string()))?;
-        Ok(Gpu { limits: device.limits(), info: adapter.get_info(), device, queue, pipelines: PipelineCache::default() })
+        let health = Arc::new(Health::default());
+        let h = health.clone();
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+            let mut slot = h.uncaptured.lock().unwrap_or_else(|p| p.into_inner());
+            slot.get_or_insert_with(|| e.to_string());
+        }));
+        let h = health.clone();
+        device.set_device_lost_callback(move |reason, message| {
+            let mut slot = h.lost.lock().unwrap_or_else(|p| p.into_inner());
+            slot.get_or_insert_with(|| format!("{reason:?}: {message}"));
+        });
+        Ok(Gpu { limits: device.limits(), info: adapter.get_info(), device, queue, pipelines: PipelineCache::default(), health })
+    }
+
+    /// Opens error scopes for allocations of `what`; `AllocScope::finish` reports their errors.
+    pub fn alloc_scope(&self, what: impl Into<String>) -> AllocScope {
+        let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let validation = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        AllocScope { what: what.into(), validation, oom }
+    }
+
+    /// Whether the device was lost (a driver reset, iOS taking the GPU of a background tab,
+    /// `destroy`).
+    pub fn is_lost(&self) -> bool {
+        self.health.lost.lock().map(|l| l.is_some()).unwrap_or(true)
+    }
+
+    /// The device's loss or the first error no scope captured since the last call, if any.
+    pub fn check(&self) -> Result<(), GpuError> {
+        if let Some(reason) = self.health.lost.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+            return Err(GpuError::DeviceLost(reason));
+        }
+        match self.health.uncaptured.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            Some(e) => Err(GpuError::Uncaptured(e)),
+            None => Ok(()),
+        }
     }
 
     /// A storage buffer of `bytes` (rounded up to 4) that can be written and read back.

@@ -26,21 +26,35 @@ impl GpuWeight {
     /// Uploads `data` (n rows of k values in `ty`'s format), split so that no part exceeds the
     /// device's `max_storage_buffer_binding_size` (128 MiB on llvmpipe and the WebGPU floor).
     pub fn upload(gpu: &Gpu, name: &str, ty: GgmlType, k: usize, n: usize, data: &[u8]) -> Result<Self, GpuError> {
-        let max = gpu.limits.max_storage_buffer_binding_size.min(gpu.limits.max_buffer_size);
-        Self::upload_with_max_part_bytes(gpu, name, ty, k, n, data, max)
+        Self::upload_with_max_part_bytes(gpu, name, ty, k, n, data, max_part_bytes(gpu))
     }
 
     /// As `upload`, with an explicit cap on each part's bytes (tests force splitting with it).
     pub fn upload_with_max_part_bytes(gpu: &Gpu, name: &str, ty: GgmlType, k: usize, n: usize, data: &[u8], max_part_bytes: u64) -> Result<Self, GpuError> {
+        let w = Self::allocate_with_max_part_bytes(gpu, name, ty, k, n, max_part_bytes)?;
+        if data.len() != w.n_bytes() {
+            let reason = format!("{} bytes given, {n} rows of {k} {} need {}", data.len(), ty.name(), w.n_bytes());
+            return Err(GpuError::Weight { name: name.into(), reason });
+        }
+        for (buffer, range) in w.part_ranges() {
+            write_padded(gpu, buffer, 0, &data[range]);
+        }
+        Ok(w)
+    }
+
+    /// Buffers for the weight, split by rows to fit the device's storage-binding limit, to be
+    /// filled with `queue.write_buffer` as the bytes arrive (`part_ranges` says which go where).
+    pub fn allocate(gpu: &Gpu, name: &str, ty: GgmlType, k: usize, n: usize) -> Result<Self, GpuError> {
+        Self::allocate_with_max_part_bytes(gpu, name, ty, k, n, max_part_bytes(gpu))
+    }
+
+    fn allocate_with_max_part_bytes(gpu: &Gpu, name: &str, ty: GgmlType, k: usize, n: usize, max_part_bytes: u64) -> Result<Self, GpuError> {
         let err = |reason: String| GpuError::Weight { name: name.into(), reason };
         let row_bytes = ty.row_bytes(k).ok_or_else(|| err(format!("row length {k} is not a whole number of {} blocks", ty.name())))?;
         if k == 0 || n == 0 {
             return Err(err(format!("empty shape ({n} rows of {k})")));
         }
-        let expected = row_bytes.checked_mul(n).ok_or_else(|| err(format!("{n} rows of {row_bytes} bytes overflow")))?;
-        if data.len() != expected {
-            return Err(err(format!("{} bytes given, {n} rows of {k} {} need {expected}", data.len(), ty.name())));
-        }
+        row_bytes.checked_mul(n).ok_or_else(|| err(format!("{n} rows of {row_bytes} bytes overflow")))?;
         // Parts are padded to 4 bytes; the padding must fit under the cap too.
         let mut rows_per_part = (max_part_bytes / row_bytes as u64).min(n as u64) as usize;
         if ((rows_per_part * row_bytes).next_multiple_of(4)) as u64 > max_part_bytes {
@@ -53,10 +67,43 @@ impl GpuWeight {
             .step_by(rows_per_part)
             .map(|first_row| {
                 let rows = rows_per_part.min(n - first_row);
-                let bytes = &data[first_row * row_bytes..(first_row + rows) * row_bytes];
-                WeightPart { buffer: gpu.upload(&format!("{name}[{first_row}..]"), bytes), first_row, rows }
+                WeightPart { buffer: gpu.storage(&format!("{name}[{first_row}..]"), (rows * row_bytes) as u64), first_row, rows }
             })
             .collect();
         Ok(Self { ty, k, n, parts })
+    }
+
+    fn row_bytes(&self) -> usize {
+        // Checked when the weight was allocated.
+        self.ty.row_bytes(self.k).unwrap_or(0)
+    }
+
+    /// Bytes of the whole weight as stored in the GGUF file.
+    pub fn n_bytes(&self) -> usize {
+        self.n * self.row_bytes()
+    }
+
+    /// Each part's buffer and the byte range of the weight's data it holds.
+    pub fn part_ranges(&self) -> impl Iterator<Item = (&wgpu::Buffer, std::ops::Range<usize>)> {
+        let row_bytes = self.row_bytes();
+        self.parts.iter().map(move |p| (&p.buffer, p.first_row * row_bytes..(p.first_row + p.rows) * row_bytes))
+    }
+}
+
+fn max_part_bytes(gpu: &Gpu) -> u64 {
+    gpu.limits.max_storage_buffer_binding_size.min(gpu.limits.max_buffer_size)
+}
+
+/// Writes `data` at byte `offset` (a multiple of 4) of `buffer`, zero-padding its tail to the
+/// 4-byte multiple `write_buffer` requires (buffers are allocated rounded up to 4).
+pub fn write_padded(gpu: &Gpu, buffer: &wgpu::Buffer, offset: u64, data: &[u8]) {
+    let whole = data.len() / 4 * 4;
+    if whole > 0 {
+        gpu.queue.write_buffer(buffer, offset, &data[..whole]);
+    }
+    if whole < data.len() {
+        let mut tail = [0u8; 4];
+        tail[..data.len() - whole].copy_from_slice(&data[whole..]);
+        gpu.queue.write_buffer(buffer, offset + whole as u64, &tail);
     }
 }

@@ -1,6 +1,6 @@
 //! Model configuration from GGUF metadata, and the tensor names of a llama-architecture model.
 
-use crate::gguf::{GgmlType, GgufError, GgufFile};
+use crate::gguf::{GgmlType, GgufError, GgufHeader};
 
 /// Architectures whose tensor layout and forward pass radixlm implements.
 pub const SUPPORTED_ARCHITECTURES: &[&str] = &["llama"];
@@ -43,7 +43,7 @@ pub struct Config {
 }
 
 impl Config {
-    pub fn from_gguf(f: &GgufFile) -> Result<Self, ModelError> {
+    pub fn from_gguf(f: &GgufHeader) -> Result<Self, ModelError> {
         let arch = f.require_str("general.architecture")?;
         if !SUPPORTED_ARCHITECTURES.contains(&arch) {
             return Err(ModelError::UnsupportedArchitecture(arch.into()));
@@ -143,7 +143,7 @@ impl Config {
         t
     }
 
-    fn check_tensors(&self, f: &GgufFile) -> Result<(), ModelError> {
+    fn check_tensors(&self, f: &GgufHeader) -> Result<(), ModelError> {
         // Each layer has several tensors: a forged block count must not size the list below.
         if self.n_layers > f.tensors.len() {
             return Err(ModelError::BadConfig(format!(

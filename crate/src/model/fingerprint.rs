@@ -4,27 +4,47 @@
 
 use xxhash_rust::xxh3::Xxh3;
 
-use crate::gguf::{GgufFile, MetaValue};
+use crate::gguf::{GgufFile, GgufHeader, MetaValue};
 
-/// xxh3-128 over the metadata (in key order), the tensor table and the tensor data.
+/// xxh3-128 over the metadata (in key order), the tensor table and the tensor data section.
 pub fn fingerprint(f: &GgufFile) -> u128 {
-    let mut h = Xxh3::new();
-    h.update(b"radixlm-model-fingerprint-v1");
-    h.update(&(f.metadata.len() as u64).to_le_bytes());
-    for (key, value) in &f.metadata {
-        write_str(&mut h, key);
-        write_value(&mut h, value);
+    let mut h = Fingerprinter::new(f);
+    h.update(f.data_section());
+    h.finish()
+}
+
+/// The fingerprint computed as a file streams in: the header first, then the data section's
+/// bytes in file order, so a model loaded from the network never needs to be whole in memory.
+pub struct Fingerprinter(Xxh3);
+
+impl Fingerprinter {
+    pub fn new(header: &GgufHeader) -> Self {
+        let mut h = Xxh3::new();
+        h.update(b"radixlm-model-fingerprint-v2");
+        h.update(&(header.metadata.len() as u64).to_le_bytes());
+        for (key, value) in &header.metadata {
+            write_str(&mut h, key);
+            write_value(&mut h, value);
+        }
+        h.update(&(header.tensors.len() as u64).to_le_bytes());
+        for t in &header.tensors {
+            write_str(&mut h, &t.name);
+            h.update(&(t.dims.len() as u64).to_le_bytes());
+            t.dims.iter().for_each(|d| h.update(&d.to_le_bytes()));
+            h.update(&t.ty.id().to_le_bytes());
+            h.update(&t.offset.to_le_bytes());
+        }
+        Self(h)
     }
-    h.update(&(f.tensors.len() as u64).to_le_bytes());
-    for t in &f.tensors {
-        write_str(&mut h, &t.name);
-        h.update(&(t.dims.len() as u64).to_le_bytes());
-        t.dims.iter().for_each(|d| h.update(&d.to_le_bytes()));
-        h.update(&t.ty.id().to_le_bytes());
-        h.update(&t.offset.to_le_bytes());
-        h.update(f.view(t).data);
+
+    /// The next bytes of the data section.
+    pub fn update(&mut self, data: &[u8]) {
+        self.0.update(data);
     }
-    h.digest128()
+
+    pub fn finish(&self) -> u128 {
+        self.0.digest128()
+    }
 }
 
 fn write_str(h: &mut Xxh3, s: &str) {

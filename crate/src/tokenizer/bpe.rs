@@ -16,7 +16,7 @@ use tokenizers::{AddedToken, SplitDelimiterBehavior};
 use super::byte_level::token_text_to_bytes;
 use super::pretokenize::spec_for;
 use super::TokenizerError;
-use crate::gguf::{GgufFile, MetaValue};
+use crate::gguf::{GgufHeader, MetaValue};
 
 /// llama.cpp's `tokenizer.ggml.token_type` values (`llama_token_type`).
 const TYPE_UNKNOWN: u64 = 2;
@@ -61,7 +61,7 @@ impl std::fmt::Debug for Tokenizer {
 
 impl Tokenizer {
     /// Builds the tokenizer from `tokenizer.ggml.*` metadata.
-    pub fn from_gguf(f: &GgufFile) -> Result<Self, TokenizerError> {
+    pub fn from_gguf(f: &GgufHeader) -> Result<Self, TokenizerError> {
         let model = f
             .get("tokenizer.ggml.model")
             .and_then(MetaValue::as_str)
@@ -222,14 +222,14 @@ fn split_merge(merge: &str) -> Option<(String, String)> {
     Some((merge[..pos].to_string(), merge[pos + 1..].to_string()))
 }
 
-fn string_array<'f>(f: &'f GgufFile, key: &'static str) -> Result<Vec<&'f str>, TokenizerError> {
+fn string_array<'f>(f: &'f GgufHeader, key: &'static str) -> Result<Vec<&'f str>, TokenizerError> {
     let err = TokenizerError::Metadata { key, expected: "an array of strings" };
     let values = f.get(key).and_then(MetaValue::as_array).ok_or_else(|| err.clone())?;
     values.iter().map(|v| v.as_str().ok_or_else(|| err.clone())).collect()
 }
 
 /// The token types, all normal when the key is absent.
-fn token_types(f: &GgufFile, n_tokens: usize) -> Result<Vec<u64>, TokenizerError> {
+fn token_types(f: &GgufHeader, n_tokens: usize) -> Result<Vec<u64>, TokenizerError> {
     let key = "tokenizer.ggml.token_type";
     let Some(value) = f.get(key) else { return Ok(vec![1; n_tokens]) };
     let err = TokenizerError::Metadata { key, expected: "an array of non-negative integers" };
@@ -245,7 +245,7 @@ fn token_types(f: &GgufFile, n_tokens: usize) -> Result<Vec<u64>, TokenizerError
     Ok(types)
 }
 
-fn optional_id(f: &GgufFile, key: &'static str, n_vocab: usize) -> Result<Option<u32>, TokenizerError> {
+fn optional_id(f: &GgufHeader, key: &'static str, n_vocab: usize) -> Result<Option<u32>, TokenizerError> {
     let Some(value) = f.get(key) else { return Ok(None) };
     let id = value.as_u64().ok_or(TokenizerError::Metadata { key, expected: "a token id" })?;
     if id >= n_vocab as u64 {

@@ -13,7 +13,7 @@ use minijinja::{Environment, Error, ErrorKind, Value};
 use serde::{Deserialize, Serialize};
 
 use super::TokenizerError;
-use crate::gguf::{GgufFile, MetaValue};
+use crate::gguf::{GgufHeader, MetaValue};
 
 const TEMPLATE_NAME: &str = "tokenizer.chat_template";
 
@@ -54,7 +54,7 @@ struct Raised(String);
 
 impl ChatTemplate {
     /// The model's chat template, `None` when the file has none.
-    pub fn from_gguf(f: &GgufFile) -> Result<Option<Self>, TokenizerError> {
+    pub fn from_gguf(f: &GgufHeader) -> Result<Option<Self>, TokenizerError> {
         let Some(value) = f.get(TEMPLATE_NAME) else { return Ok(None) };
         let source = value
             .as_str()

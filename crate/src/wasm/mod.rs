@@ -1,0 +1,420 @@
+//! The wasm-bindgen surface the package's worker drives: a loader that streams a GGUF file onto
+//! the GPU, and an engine run one step at a time. Requests and events cross as JSON (typed on
+//! the TypeScript side, `pkg/src/wasm/radixlm.d.ts`); every failure is a JS `Error` whose `name`
+//! is a stable code the package maps to its error classes. Nothing here panics on input: a
+//! panic would kill the module, and the panic hook reports the bugs that remain.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use serde::Deserialize;
+use serde_json::json;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
+
+use crate::engine::sampling::SamplingParams;
+use crate::engine::{Engine, EngineError, EngineOptions, FinishReason, Generation, ModelLoader, Request, Step};
+use crate::gpu::context::{Gpu, GpuError, LimitsPolicy};
+use crate::kv::Sequence;
+use crate::tokenizer::Message;
+
+#[wasm_bindgen(start)]
+fn start() {
+    console_error_panic_hook::set_once();
+}
+
+/// Where an error arose: a tokenizer error while loading means a bad file, while serving a
+/// request a bad request.
+#[derive(Clone, Copy)]
+enum Phase {
+    Load,
+    Request,
+}
+
+fn js_error(e: &EngineError, phase: Phase) -> JsValue {
+    let name = match e {
+        EngineError::Gguf(_) | EngineError::Model(_) => "ModelFormatError",
+        EngineError::Tokenizer(_) => match phase {
+            Phase::Load => "ModelFormatError",
+            Phase::Request => "InvalidRequestError",
+        },
+        EngineError::Gpu(g) => match g {
+            GpuError::NoAdapter(_) => "NoAdapterError",
+            GpuError::RequestDevice(_) | GpuError::Weight { .. } => "AdapterLimitsError",
+            GpuError::OutOfMemory { .. } => "GpuOutOfMemoryError",
+            GpuError::DeviceLost(_) => "DeviceLostError",
+            GpuError::Readback(_) | GpuError::ReadbackRange { .. } | GpuError::Uncaptured(_) => "GpuError",
+        },
+        EngineError::PromptTooLong { .. } | EngineError::Cache(_) => "PromptTooLongError",
+        EngineError::EmptyPrompt | EngineError::NoChatTemplate => "InvalidRequestError",
+        EngineError::LoaderFailed | EngineError::RequestOver | EngineError::Internal(_) => "InternalError",
+    };
+    if name == "GpuError" {
+        // A validation error is a bug in the engine, not in the user's input: report it.
+        web_sys::console::error_1(&format!("radixlm: {e}").into());
+    }
+    named_error(name, &e.to_string())
+}
+
+fn named_error(name: &str, message: &str) -> JsValue {
+    let err = js_sys::Error::new(message);
+    err.set_name(name);
+    err.into()
+}
+
+fn invalid(message: impl std::fmt::Display) -> JsValue {
+    named_error("InvalidRequestError", &message.to_string())
+}
+
+fn busy() -> JsValue {
+    named_error("EngineBusyError", "the engine is running a step; wait for it before calling again")
+}
+
+/// Options of `WasmLoader.create`.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct LoadOptions {
+    kv_budget_bytes: Option<f64>,
+    max_batch: Option<usize>,
+    max_context: Option<usize>,
+}
+
+impl LoadOptions {
+    fn engine_options(&self) -> Result<EngineOptions, JsValue> {
+        let mut opts = EngineOptions::default();
+        if let Some(b) = self.kv_budget_bytes {
+            if !(b.is_finite() && b >= 1.0) {
+                return Err(invalid(format!("kvBudgetBytes must be a positive number of bytes, got {b}")));
+            }
+            opts.kv_budget_bytes = b as u64;
+        }
+        if let Some(b) = self.max_batch {
+            if b == 0 {
+                return Err(invalid("maxBatch must be at least 1"));
+            }
+            opts.max_batch = b;
+        }
+        opts.max_context = self.max_context;
+        Ok(opts)
+    }
+}
+
+/// Streams a GGUF file onto the GPU: `create`, `push` each chunk in order, `finish`.
+#[wasm_bindgen]
+pub struct WasmLoader {
+    inner: Option<ModelLoader>,
+}
+
+#[wasm_bindgen]
+impl WasmLoader {
+    /// Opens the WebGPU adapter and a device with the adapter's limits.
+    pub async fn create(total_bytes: Option<f64>, options_json: String) -> Result<WasmLoader, JsValue> {
+        let options: LoadOptions = serde_json::from_str(&options_json).map_err(|e| invalid(format!("engine options: {e}")))?;
+        let opts = options.engine_options()?;
+        let gpu = Gpu::new(LimitsPolicy::Adapter).await.map_err(|e| js_error(&e.into(), Phase::Load))?;
+        let file_len = total_bytes.filter(|n| n.is_finite() && *n >= 0.0).map(|n| n as u64);
+        Ok(WasmLoader { inner: Some(ModelLoader::new(Arc::new(gpu), opts, file_len)) })
+    }
+
+    /// The next bytes of the file.
+    pub fn push(&mut self, chunk: &[u8]) -> Result<(), JsValue> {
+        let loader = self.inner.as_mut().ok_or_else(|| named_error("InternalError", "the loader has finished"))?;
+        loader.push(chunk).map_err(|e| js_error(&e, Phase::Load))
+    }
+
+    pub fn bytes_pushed(&self) -> f64 {
+        self.inner.as_ref().map_or(0.0, |l| l.pushed() as f64)
+    }
+
+    /// After the last chunk: resolves to a `WasmEngine`.
+    pub fn finish(&mut self) -> Result<js_sys::Promise, JsValue> {
+        let loader = self.inner.take().ok_or_else(|| named_error("InternalError", "the loader has finished"))?;
+        Ok(wasm_bindgen_futures::future_to_promise(async move {
+            let engine = loader.finish().await.map_err(|e| js_error(&e, Phase::Load))?;
+            Ok(WasmEngine::new(engine).into())
+        }))
+    }
+}
+
+/// Sampling fields shared by chat and completion requests (OpenAI's names and defaults).
+#[derive(Deserialize)]
+struct SamplingJson {
+    max_tokens: Option<usize>,
+    temperature: Option<f32>,
+    top_p: Option<f32>,
+    top_k: Option<usize>,
+    seed: Option<u64>,
+    #[serde(default)]
+    stop: Vec<String>,
+}
+
+/// Replies are cut here when a request sets no `max_tokens`.
+const DEFAULT_MAX_TOKENS: usize = 1024;
+
+impl SamplingJson {
+    fn params(&self) -> Result<SamplingParams, JsValue> {
+        let temperature = self.temperature.unwrap_or(1.0);
+        if !(temperature.is_finite() && temperature >= 0.0) {
+            return Err(invalid(format!("temperature must be a number >= 0, got {temperature}")));
+        }
+        let top_p = self.top_p.unwrap_or(1.0);
+        if !(top_p > 0.0 && top_p <= 1.0) {
+            return Err(invalid(format!("top_p must be in (0, 1], got {top_p}")));
+        }
+        let max_tokens = self.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
+        if max_tokens == 0 {
+            return Err(invalid("max_tokens must be at least 1"));
+        }
+        Ok(SamplingParams {
+            temperature,
+            top_k: self.top_k.unwrap_or(0),
+            top_p,
+            seed: self.seed.unwrap_or(0),
+            max_tokens,
+            stop: self.stop.clone(),
+            ignore_eos: false,
+        })
+    }
+}
+
+#[derive(Deserialize)]
+struct ChatJson {
+    messages: Vec<Message>,
+    #[serde(flatten)]
+    sampling: SamplingJson,
+}
+
+#[derive(Deserialize)]
+struct CompletionJson {
+    prompt: String,
+    #[serde(flatten)]
+    sampling: SamplingJson,
+}
+
+/// A prefix to pin: a conversation (rendered without opening the assistant's turn) or text.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum PrefixJson {
+    Messages { messages: Vec<Message> },
+    Text { text: String },
+}
+
+fn parse<T: serde::de::DeserializeOwned>(json: &str, what: &str) -> Result<T, JsValue> {
+    serde_json::from_str(json).map_err(|e| invalid(format!("{what}: {e}")))
+}
+
+struct State {
+    engine: Engine,
+    current: Option<Request>,
+    /// A "done" event held back while the text it ends is given as a last "token" event.
+    pending_done: Option<String>,
+}
+
+/// A loaded model. One request runs at a time, a step per `step()` call; the worker returns to
+/// its event loop between steps. A call made while a step is in flight fails with
+/// `EngineBusyError` rather than re-entering the engine.
+#[wasm_bindgen]
+pub struct WasmEngine {
+    state: Rc<RefCell<State>>,
+}
+
+impl WasmEngine {
+    fn new(engine: Engine) -> Self {
+        Self { state: Rc::new(RefCell::new(State { engine, current: None, pending_done: None })) }
+    }
+
+    fn borrow(&self) -> Result<std::cell::RefMut<'_, State>, JsValue> {
+        self.state.try_borrow_mut().map_err(|_| busy())
+    }
+
+    fn begin(&self, start: impl FnOnce(&mut Engine) -> Result<Request, EngineError>) -> Result<(), JsValue> {
+        let mut st = self.borrow()?;
+        if st.current.is_some() || st.pending_done.is_some() {
+            return Err(named_error("EngineBusyError", "a request is already running; requests must be queued"));
+        }
+        let req = start(&mut st.engine).map_err(|e| js_error(&e, Phase::Request))?;
+        st.current = Some(req);
+        Ok(())
+    }
+}
+
+fn finish_reason(f: FinishReason) -> &'static str {
+    match f {
+        FinishReason::Stop => "stop",
+        FinishReason::Length => "length",
+        FinishReason::ContextFull => "context_full",
+        FinishReason::Aborted => "abort",
+    }
+}
+
+fn done_event(g: &Generation) -> String {
+    json!({
+        "type": "done",
+        "finish_reason": finish_reason(g.finish_reason),
+        "text": g.text,
+        "tokens": g.tokens,
+        "usage": {
+            "prompt_tokens": g.stats.prompt_tokens,
+            "completion_tokens": g.stats.generated_tokens,
+            "cached_tokens": g.stats.reused_tokens,
+        },
+        "stats": g.stats,
+    })
+    .to_string()
+}
+
+#[wasm_bindgen]
+impl WasmEngine {
+    pub fn info(&self) -> Result<String, JsValue> {
+        let st = self.borrow()?;
+        let e = &st.engine;
+        Ok(json!({
+            "model_name": e.model_name,
+            "architecture": "llama",
+            "n_layers": e.cfg.n_layers,
+            "n_embd": e.cfg.n_embd,
+            "vocab_size": e.cfg.vocab_size,
+            "n_ctx": e.cfg.n_ctx_train,
+            "max_context": e.max_context,
+            "page_size": e.cache_stats().page_size,
+            "adapter": e.gpu.info.name,
+            "backend": format!("{:?}", e.gpu.info.backend).to_lowercase(),
+            "fingerprint": format!("{:032x}", e.fingerprint),
+        })
+        .to_string())
+    }
+
+    pub fn start_chat(&self, request_json: &str) -> Result<(), JsValue> {
+        let req: ChatJson = parse(request_json, "chat request")?;
+        if req.messages.is_empty() {
+            return Err(invalid("messages must hold at least one message"));
+        }
+        let params = req.sampling.params()?;
+        self.begin(|engine| engine.start_chat(&req.messages, &params))
+    }
+
+    pub fn start_completion(&self, request_json: &str) -> Result<(), JsValue> {
+        let req: CompletionJson = parse(request_json, "completion request")?;
+        let params = req.sampling.params()?;
+        self.begin(|engine| {
+            let prompt = engine.tokenizer.encode(&req.prompt, true)?;
+            engine.start(&mut Sequence::default(), &prompt, &params)
+        })
+    }
+
+    /// One step of the current request; resolves to a step event (JSON).
+    pub fn step(&self) -> js_sys::Promise {
+        let state = self.state.clone();
+        wasm_bindgen_futures::future_to_promise(async move {
+            let mut st = state.try_borrow_mut().map_err(|_| busy())?;
+            if let Some(done) = st.pending_done.take() {
+                return Ok(done.into());
+            }
+            let State { engine, current, pending_done } = &mut *st;
+            let req = current.as_mut().ok_or_else(|| named_error("InvalidRequestError", "no request is running"))?;
+            let step = engine.step(req).await;
+            let event = match step {
+                Ok(Step::Prefill { done, total }) => json!({ "type": "prefill", "done": done, "total": total }).to_string(),
+                Ok(Step::Token { token, text, top2_gap }) => {
+                    json!({ "type": "token", "token": token, "text": text, "top2_gap": top2_gap }).to_string()
+                }
+                Ok(Step::Done { generation, tail }) => {
+                    if let Some(req) = current.take() {
+                        engine.release(&mut req.into_sequence());
+                    }
+                    let done = done_event(&generation);
+                    if tail.is_empty() {
+                        done
+                    } else {
+                        *pending_done = Some(done);
+                        json!({ "type": "token", "token": -1, "text": tail, "top2_gap": 0.0 }).to_string()
+                    }
+                }
+                Err(e) => {
+                    if let Some(req) = current.take() {
+                        engine.release(&mut req.into_sequence());
+                    }
+                    return Err(js_error(&e, Phase::Request));
+                }
+            };
+            Ok(event.into())
+        })
+    }
+
+    /// Ends the current request between steps; its "done" event (JSON), or "null" when none runs.
+    pub fn abort(&self) -> Result<String, JsValue> {
+        let mut st = self.borrow()?;
+        if let Some(done) = st.pending_done.take() {
+            return Ok(done);
+        }
+        let State { engine, current, .. } = &mut *st;
+        let Some(mut req) = current.take() else { return Ok("null".into()) };
+        let generation = engine.abort(&mut req);
+        engine.release(&mut req.into_sequence());
+        Ok(done_event(&generation))
+    }
+
+    pub fn stats(&self) -> Result<String, JsValue> {
+        let st = self.borrow()?;
+        let (requests, tokens_reused) = st.engine.usage_totals();
+        let mut stats = serde_json::to_value(st.engine.cache_stats()).map_err(|e| named_error("InternalError", &e.to_string()))?;
+        stats["requests"] = requests.into();
+        stats["tokens_reused"] = tokens_reused.into();
+        Ok(stats.to_string())
+    }
+
+    /// Pins a prefix (prefilling it if not cached); resolves to the pinned token count.
+    pub fn pin(&self, json: &str) -> js_sys::Promise {
+        let state = self.state.clone();
+        let prefix = parse::<PrefixJson>(json, "pin");
+        wasm_bindgen_futures::future_to_promise(async move {
+            let prefix = prefix?;
+            let mut st = state.try_borrow_mut().map_err(|_| busy())?;
+            if st.current.is_some() {
+                return Err(named_error("EngineBusyError", "a request is running; pin between requests"));
+            }
+            let tokens = prefix_tokens(&mut st.engine, &prefix).map_err(|e| js_error(&e, Phase::Request))?;
+            let pinned = st.engine.pin(&tokens).await.map_err(|e| js_error(&e, Phase::Request))?;
+            Ok(JsValue::from(pinned as f64))
+        })
+    }
+
+    pub fn unpin(&self, json: &str) -> Result<bool, JsValue> {
+        let prefix: PrefixJson = parse(json, "unpin")?;
+        let mut st = self.borrow()?;
+        let tokens = prefix_tokens(&mut st.engine, &prefix).map_err(|e| js_error(&e, Phase::Request))?;
+        Ok(st.engine.unpin(&tokens))
+    }
+
+    pub fn clear(&self) -> Result<(), JsValue> {
+        self.borrow()?.engine.clear_cache();
+        Ok(())
+    }
+
+    /// Test hook: destroys the device, as iOS does to a backgrounded tab.
+    pub fn destroy_device_for_test(&self) -> Result<(), JsValue> {
+        self.borrow()?.engine.gpu.device.destroy();
+        Ok(())
+    }
+
+    pub fn is_device_lost(&self) -> bool {
+        self.state.try_borrow().map(|st| st.engine.gpu.is_lost()).unwrap_or(false)
+    }
+}
+
+fn prefix_tokens(engine: &mut Engine, prefix: &PrefixJson) -> Result<Vec<u32>, EngineError> {
+    match prefix {
+        PrefixJson::Messages { messages } => engine.chat_prefix_tokens(messages),
+        PrefixJson::Text { text } => Ok(engine.tokenizer.encode(text, true)?),
+    }
+}
+
+/// Bytes of wasm linear memory now: the high-water mark, since wasm memory never shrinks.
+#[wasm_bindgen]
+pub fn wasm_memory_bytes() -> f64 {
+    wasm_bindgen::memory()
+        .dyn_into::<js_sys::WebAssembly::Memory>()
+        .map(|m| m.buffer().unchecked_into::<js_sys::ArrayBuffer>().byte_length() as f64)
+        .unwrap_or(0.0)
+}

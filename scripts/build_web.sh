@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Builds the npm package in pkg/: the engine for wasm32 (wgpu's WebGPU backend), its
+# wasm-bindgen glue, wasm-opt, and the TypeScript client and worker. Output: pkg/dist/.
+# Idempotent: cargo and tsc rebuild only what changed. Needs scripts/setup.sh first.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+echo "build: wasm32 engine"
+cargo build --quiet --release --target wasm32-unknown-unknown -p radixlm --lib
+
+out=pkg/dist/wasm
+mkdir -p "$out"
+wasm-bindgen --target web --out-dir "$out" --out-name radixlm \
+  target/wasm32-unknown-unknown/release/radixlm.wasm
+# The feature flags are what rustc's wasm32 target emits; wasm-opt rejects them otherwise.
+pkg/node_modules/.bin/wasm-opt -O3 \
+  --enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext \
+  --enable-reference-types --enable-multivalue --enable-mutable-globals \
+  "$out/radixlm_bg.wasm" -o "$out/radixlm_bg.wasm"
+
+echo "build: TypeScript package"
+(cd pkg && npx --no-install tsc -p .)
+raw=$(stat -c %s "$out/radixlm_bg.wasm")
+gz=$(gzip -9 -c "$out/radixlm_bg.wasm" | wc -c)
+echo "build: pkg/dist ready (wasm $((raw / 1024)) KiB, $((gz / 1024)) KiB gzipped)"
