@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Sets up (idempotently), builds, and starts a chat with the default model in the terminal.
+# Sets up (idempotently), builds the wasm engine and the npm package, fetches the default model,
+# and serves the chat page on 127.0.0.1 (port 8731, or $RADIXLM_PORT), printing its address.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-cargo build --quiet --bin radixlm
-exec target/debug/radixlm chat --model models/SmolLM2-135M-Instruct.Q4_1.gguf "$@"
+scripts/build_web.sh
+port="${RADIXLM_PORT:-8731}"
+echo "radixlm: open http://127.0.0.1:$port/pkg/examples/chat.html in a browser with WebGPU (Ctrl-C stops)"
+exec node scripts/serve.mjs --port "$port"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Sets up a fresh machine (idempotently) and runs every test: native tests on the Vulkan
-# device (Mesa's llvmpipe where there is no GPU) and a wasm32 build check of the library.
+# Sets up a fresh machine (idempotently) and runs every test: the wasm and package builds, the
+# TypeScript type checks, the native tests on the Vulkan device (Mesa's llvmpipe where there is
+# no GPU), and the browser tests in headless Chromium on WebGPU (SwiftShader where there is no GPU).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -8,8 +9,16 @@ scripts/setup.sh
 # Mesa's Vulkan loader warns on every device open without a runtime directory.
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(mktemp -d)}"
 
-echo "== wasm32 build check"
-cargo check --quiet --target wasm32-unknown-unknown -p radixlm --lib
+echo "== wasm and package build"
+scripts/build_web.sh
+
+echo "== TypeScript type checks"
+(cd pkg && npx --no-install tsc --noEmit -p .)
+(cd playwright-tests && npx --no-install tsc --noEmit -p .)
 
 echo "== native tests"
+cargo build --quiet --bin radixlm
 cargo test --workspace --no-fail-fast -- --show-output
+
+echo "== browser tests"
+(cd playwright-tests && npx --no-install playwright test)

@@ -12,7 +12,7 @@ var<workgroup> best_i: array<u32, WG>;
 
 @compute @workgroup_size(WG)
 fn main(@builtin(local_invocation_index) lid: u32) {
-    var bv = -3.4028235e38;
+    var bv = -3.40282346e38;
     var bi = 0xffffffffu;
     for (var i = lid; i < V; i += WG) {
         if (logits[i] > bv) {

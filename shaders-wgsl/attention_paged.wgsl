@@ -21,7 +21,7 @@ const WG: u32 = 64u;
 const MAX_D: u32 = 256u;   // gpu/ops/attention_paged.rs MAX_HEAD_DIM
 const MAX_G: u32 = 8u;     // gpu/ops/attention_paged.rs MAX_GROUP
 const PAIRS_PER_THREAD: u32 = MAX_D / 2u / WG;
-const NEG_BIG: f32 = -3.4028235e38; // a finite -inf: exp(NEG_BIG - m) is 0 without inf - inf
+const NEG_BIG: f32 = -3.40282346e38; // a finite -inf: exp(NEG_BIG - m) is 0 without inf - inf
 
 // 8 KiB + 2 × 2 KiB + 256 B, under WebGPU's 16 KiB of workgroup storage.
 var<workgroup> qs: array<vec2<f32>, MAX_G * MAX_D / 2u>; // [g][i] the queries, pre-scaled by 1/sqrt(D)

@@ -181,3 +181,16 @@ fn a_stateless_conversation_reuses_each_earlier_turn_reply_included() {
         messages.push(Message::new("assistant", generation.text));
     }
 }
+
+#[test]
+fn the_default_model_streamed_in_network_sized_chunks_equals_the_one_shot_load() {
+    let bytes = common::default_model_bytes();
+    let gpu = gpu();
+    let mut one_shot = block_on(&gpu, Engine::load(gpu.clone(), &bytes, &EngineOptions::default())).unwrap();
+    let prompt = one_shot.tokenizer.encode("The capital of France is", true).unwrap();
+    let want = logits(&mut one_shot, &prompt);
+    drop(one_shot);
+    let mut engine = load_chunked(&gpu, &bytes, 65536 + 17, true, EngineOptions::default()).unwrap();
+    assert_eq!(engine.fingerprint, fingerprint(&GgufFile::parse(&bytes).unwrap()));
+    assert_eq!(logits(&mut engine, &prompt), want, "logits differ from the one-shot load");
+}

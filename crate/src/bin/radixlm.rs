@@ -96,6 +96,9 @@ enum Command {
         /// Type of the projection matrices (the preset's own when absent).
         #[arg(long, value_enum)]
         r#type: Option<SynthType>,
+        /// A separate LM head (with tied embeddings a random model mostly repeats its input).
+        #[arg(long)]
+        untied: bool,
         #[arg(long)]
         out: PathBuf,
     },
@@ -210,12 +213,13 @@ fn run(cli: Cli) -> Result<(), AnyError> {
             print_stats(&gen);
             Ok(())
         }
-        Command::Synth { preset, r#type, out } => {
+        Command::Synth { preset, r#type, untied, out } => {
             let mut spec = match preset {
                 SynthPreset::Tiny => SyntheticSpec::tiny(),
                 SynthPreset::Smollm2_135m => SyntheticSpec::smollm2_135m_shape(),
                 SynthPreset::Llama3_2_1b => SyntheticSpec::llama_3_2_1b_shape(),
             };
+            spec.tied_embeddings &= !untied;
             if let Some(ty) = r#type {
                 spec.weight_type = match ty {
                     SynthType::F32 => GgmlType::F32,

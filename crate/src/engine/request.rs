@@ -6,6 +6,7 @@
 
 use web_time::Instant;
 
+use crate::gpu::readback::work_done;
 use crate::kv::Sequence;
 use crate::tokenizer::{Message, StreamDecoder};
 
@@ -174,6 +175,9 @@ impl Engine {
             let end = (pos + self.forward.max_batch).min(req.prompt.len());
             let is_last = end == req.prompt.len();
             let logits = self.forward.run(&self.gpu, &req.prompt[pos..end], pos, req.seq.pages(), is_last).await?;
+            if !is_last {
+                work_done(&self.gpu).await?;
+            }
             self.gpu.check()?;
             req.seq.extend(&req.prompt[pos..end]);
             if is_last {

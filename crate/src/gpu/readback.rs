@@ -14,6 +14,17 @@ pub async fn read_u32(gpu: &Gpu, buf: &wgpu::Buffer, offset_elems: u64, count: u
     Ok(bytemuck::cast_slice(&read_bytes(gpu, buf, offset_elems * 4, count * 4).await?).to_vec())
 }
 
+/// Resolves when the GPU has finished the work submitted so far, so a step that queues work
+/// without reading anything back still takes as long as that work (and an abort between steps
+/// lands after it, not after every queued step).
+pub async fn work_done(gpu: &Gpu) -> Result<(), GpuError> {
+    let (tx, rx) = futures_channel::oneshot::channel();
+    gpu.queue.on_submitted_work_done(move || {
+        let _ = tx.send(());
+    });
+    rx.await.map_err(|_| GpuError::Readback("device dropped the work-done callback".into()))
+}
+
 async fn read_bytes(gpu: &Gpu, buf: &wgpu::Buffer, offset: u64, len: u64) -> Result<Vec<u8>, GpuError> {
     if offset.checked_add(len).is_none_or(|end| end > buf.size()) {
         return Err(GpuError::ReadbackRange { offset, bytes: len, size: buf.size() });

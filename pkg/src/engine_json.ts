@@ -1,0 +1,99 @@
+// The JSON the wasm engine returns, and its conversion into the package's types (in the worker).
+
+import type { Generation } from "./protocol.js";
+import type { CacheStats, GenerationStats, ModelInfo } from "./types.js";
+
+/** The "done" event of a request: the whole reply and its counts. */
+export interface DoneEvent {
+  type: "done";
+  finish_reason: "stop" | "length" | "context_full" | "abort";
+  text: string;
+  tokens: number[];
+  usage: { prompt_tokens: number; completion_tokens: number; cached_tokens: number };
+  stats: GenerationStats;
+}
+
+/** What one WasmEngine.step() did. A token's text is "" while it is held back (partial UTF-8, maybe a stop string). */
+export type StepEvent =
+  | { type: "prefill"; done: number; total: number }
+  | { type: "token"; token: number; text: string; top2_gap: number }
+  | DoneEvent;
+
+/** WasmEngine.step()'s answer. */
+export const parseStep = (json: string): StepEvent => JSON.parse(json) as StepEvent;
+
+/** WasmEngine.abort()'s answer: the "done" event, or null when no request was running. */
+export const parseAbort = (json: string): DoneEvent | null => JSON.parse(json) as DoneEvent | null;
+
+/** A finished request; "context_full" is reported as OpenAI's "length". */
+export function generation(done: DoneEvent): Generation {
+  return {
+    text: done.text,
+    tokens: done.tokens,
+    finishReason: done.finish_reason === "stop" ? "stop" : "length",
+    usage: done.usage,
+    stats: done.stats,
+  };
+}
+
+interface WasmInfo {
+  model_name: string;
+  architecture: string;
+  n_layers: number;
+  n_embd: number;
+  vocab_size: number;
+  n_ctx: number;
+  max_context: number;
+  page_size: number;
+  adapter: string;
+  backend: string;
+  fingerprint: string;
+}
+
+/** WasmEngine.info() as the public ModelInfo. */
+export function modelInfo(json: string): ModelInfo {
+  const i = JSON.parse(json) as WasmInfo;
+  return {
+    modelName: i.model_name,
+    architecture: i.architecture,
+    nLayers: i.n_layers,
+    nEmbd: i.n_embd,
+    vocabSize: i.vocab_size,
+    nCtx: i.n_ctx,
+    maxContext: i.max_context,
+    pageSize: i.page_size,
+    adapter: i.adapter,
+    backend: i.backend,
+    fingerprint: i.fingerprint,
+  };
+}
+
+interface WasmCacheStats {
+  page_size: number;
+  total_pages: number;
+  free_pages: number;
+  cached_pages: number;
+  evictable_pages: number;
+  locked_pages: number;
+  pinned_pages: number;
+  nodes: number;
+  tokens_reused: number;
+  requests: number;
+}
+
+/** WasmEngine.stats() as the public CacheStats. */
+export function cacheStats(json: string): CacheStats {
+  const s = JSON.parse(json) as WasmCacheStats;
+  return {
+    pageSize: s.page_size,
+    totalPages: s.total_pages,
+    freePages: s.free_pages,
+    cachedPages: s.cached_pages,
+    evictablePages: s.evictable_pages,
+    lockedPages: s.locked_pages,
+    pinnedPages: s.pinned_pages,
+    nodes: s.nodes,
+    tokensReused: s.tokens_reused,
+    requests: s.requests,
+  };
+}

@@ -1,0 +1,269 @@
+// The public, OpenAI-shaped types of the package. Request and response fields keep OpenAI's
+// snake_case so code written for its API reads the same; radixlm's own objects are camelCase.
+
+/** Options of {@link createEngine}. */
+export interface EngineOptions {
+  /**
+   * The GGUF model: a URL (string or URL, resolved against the page's location), an ArrayBuffer
+   * (transferred to the engine's worker, so it is detached afterwards) or a Blob (a File too).
+   */
+  model: string | URL | ArrayBuffer | Blob;
+  /** Bytes of GPU memory for the KV cache; the engine clamps it to the adapter. Default 256 MiB. */
+  kvBudgetBytes?: number;
+  /** Most prompt tokens one prefill step computes. Default 256. */
+  maxBatch?: number;
+  /** Most tokens (prompt and reply) of one request. Default: what the model and KV budget allow; `engine.info.maxContext` tells. */
+  maxContext?: number;
+  /** Called as the model downloads, uploads to the GPU and compiles. */
+  onProgress?: (progress: LoadProgress) => void;
+  /**
+   * Keep a model fetched from a URL in the Cache API (cache "radixlm-models"), so the next load
+   * takes it from disk. Default true. With false the cache is neither read nor written.
+   */
+  cacheModel?: boolean;
+}
+
+/** One stage of loading a model. */
+export type LoadStage = "download" | "upload" | "compile";
+
+/**
+ * Loading progress. Per stage, `loaded` never decreases and never exceeds `total`; the last
+ * "download" and "upload" events have `loaded === total` (the file's size). A model taken from
+ * the Cache API, an ArrayBuffer or a Blob has no "download" events. One "compile" event
+ * (`loaded === total === 1`) follows every other event.
+ */
+export interface LoadProgress {
+  stage: LoadStage;
+  /** Bytes so far ("download", "upload"); 1 for "compile". */
+  loaded: number;
+  /** The file's size, undefined while the server has not said (no Content-Length). */
+  total: number | undefined;
+}
+
+/** What the loaded model and GPU are. */
+export interface ModelInfo {
+  modelName: string;
+  architecture: string;
+  nLayers: number;
+  nEmbd: number;
+  vocabSize: number;
+  /** The context length the model was trained for. */
+  nCtx: number;
+  /** The most tokens one request may hold on this engine. */
+  maxContext: number;
+  /** Tokens per KV-cache page (prefixes are cached in whole pages). */
+  pageSize: number;
+  /** The GPU adapter's description. */
+  adapter: string;
+  /** The graphics backend under WebGPU, as the adapter reports it. */
+  backend: string;
+  /** Hex digest identifying the model's weights, metadata and tokenizer. */
+  fingerprint: string;
+}
+
+/** One message of a conversation. */
+export interface ChatMessage {
+  role: "system" | "user" | "assistant";
+  content: string;
+}
+
+/** Sampling and control fields shared by chat and text completions. */
+export interface SamplingRequest {
+  /** Most tokens to generate (a positive integer). */
+  max_tokens?: number;
+  /** 0 picks the likeliest token every time (greedy); higher is more random. */
+  temperature?: number;
+  /** Nucleus sampling: keep the likeliest tokens whose probabilities sum to this (0 < top_p <= 1). */
+  top_p?: number;
+  /** Keep only the k likeliest tokens (0: no limit). */
+  top_k?: number;
+  /** Seed of the sampler: the same seed and request give the same reply. */
+  seed?: number;
+  /** Generation stops when the reply ends with one of these; the stop string is not returned. */
+  stop?: string | string[];
+  /** Aborts the request: it rejects (or its stream throws) with an AbortError. */
+  signal?: AbortSignal;
+  /** true: resolve to an async iterable of chunks as tokens arrive. */
+  stream?: boolean | null;
+}
+
+/** A chat completion request, as OpenAI's `chat.completions.create` takes it. */
+export interface ChatCompletionRequest extends SamplingRequest {
+  /** The whole conversation so far; the prefix cache reuses what earlier turns computed. */
+  messages: ChatMessage[];
+  /** Ignored: the engine's model answers (accepted so OpenAI-style calls work unchanged). */
+  model?: string;
+}
+
+/** A raw text completion request (the model's BOS token is added as the model wants). */
+export interface CompletionRequest extends SamplingRequest {
+  prompt: string;
+  /** Ignored: the engine's model answers. */
+  model?: string;
+}
+
+/** Why generation ended: a stop token or string, or max_tokens or the context was reached. */
+export type FinishReason = "stop" | "length";
+
+/** Token counts of one request. */
+export interface Usage {
+  prompt_tokens: number;
+  completion_tokens: number;
+  total_tokens: number;
+  prompt_tokens_details: {
+    /** Prompt tokens whose KV came from the prefix cache instead of being computed. */
+    cached_tokens: number;
+  };
+}
+
+/** radixlm's timing of one request. */
+export interface GenerationStats {
+  prompt_tokens: number;
+  /** Prompt tokens reused from the prefix cache. */
+  reused_tokens: number;
+  /** Prompt tokens computed by this request. */
+  prefilled_tokens: number;
+  generated_tokens: number;
+  /** Milliseconds from the request's start to its first generated token. */
+  ttft_ms: number;
+  prefill_tokens_per_s: number;
+  decode_tokens_per_s: number;
+}
+
+/** A whole chat reply. */
+export interface ChatCompletion {
+  id: string;
+  object: "chat.completion";
+  /** Unix time in seconds. */
+  created: number;
+  model: string;
+  choices: [
+    { index: 0; message: { role: "assistant"; content: string }; finish_reason: FinishReason; logprobs: null },
+  ];
+  usage: Usage;
+  /** radixlm extra: timings and cache reuse. */
+  stats: GenerationStats;
+  /** radixlm extra: the generated token ids. */
+  tokens: number[];
+}
+
+/**
+ * One piece of a streamed chat reply. The first carries `delta.role`; the last has an empty
+ * delta, `finish_reason`, `usage`, `stats` and `tokens`. The `delta.content`s concatenated are
+ * the reply.
+ */
+export interface ChatCompletionChunk {
+  id: string;
+  object: "chat.completion.chunk";
+  created: number;
+  model: string;
+  choices: [{ index: 0; delta: { role?: "assistant"; content?: string }; finish_reason: FinishReason | null }];
+  usage?: Usage;
+  stats?: GenerationStats;
+  tokens?: number[];
+}
+
+/** A whole text completion. */
+export interface Completion {
+  id: string;
+  object: "text_completion";
+  created: number;
+  model: string;
+  choices: [{ index: 0; text: string; finish_reason: FinishReason; logprobs: null }];
+  usage: Usage;
+  stats: GenerationStats;
+  tokens: number[];
+}
+
+/** One piece of a streamed text completion; the last has empty text, `finish_reason` and `usage`. */
+export interface CompletionChunk {
+  id: string;
+  object: "text_completion";
+  created: number;
+  model: string;
+  choices: [{ index: 0; text: string; finish_reason: FinishReason | null }];
+  usage?: Usage;
+  stats?: GenerationStats;
+  tokens?: number[];
+}
+
+/** The prefix cache's state, in KV pages of {@link ModelInfo.pageSize} tokens. */
+export interface CacheStats {
+  pageSize: number;
+  totalPages: number;
+  freePages: number;
+  /** Pages holding cached prefixes. */
+  cachedPages: number;
+  /** Cached pages that may be evicted to make room. */
+  evictablePages: number;
+  /** Pages in use by the running request. */
+  lockedPages: number;
+  /** Pages kept by {@link EngineCache.pin}. */
+  pinnedPages: number;
+  /** Nodes of the radix tree. */
+  nodes: number;
+  /** Prompt tokens reused from the cache, summed over every request so far. */
+  tokensReused: number;
+  /** Requests run so far. */
+  requests: number;
+}
+
+/** `engine.chat.completions`. */
+export interface ChatCompletions {
+  /** Resolves to the whole reply. */
+  create(request: ChatCompletionRequest & { stream?: false | null }): Promise<ChatCompletion>;
+  /** Resolves to the reply's chunks as they are generated; breaking out of the loop aborts it. */
+  create(request: ChatCompletionRequest & { stream: true }): Promise<AsyncIterable<ChatCompletionChunk>>;
+  /** Either, as `stream` says. */
+  create(request: ChatCompletionRequest): Promise<ChatCompletion | AsyncIterable<ChatCompletionChunk>>;
+}
+
+/** `engine.completions`. */
+export interface Completions {
+  /** Resolves to the whole completion. */
+  create(request: CompletionRequest & { stream?: false | null }): Promise<Completion>;
+  /** Resolves to the completion's chunks as they are generated; breaking out of the loop aborts it. */
+  create(request: CompletionRequest & { stream: true }): Promise<AsyncIterable<CompletionChunk>>;
+  /** Either, as `stream` says. */
+  create(request: CompletionRequest): Promise<Completion | AsyncIterable<CompletionChunk>>;
+}
+
+/** `engine.cache`: the GPU prefix cache. */
+export interface EngineCache {
+  /**
+   * Keeps a prefix (messages as the chat template renders them, without opening the assistant
+   * turn, or raw text) in the cache until unpinned, computing it now if it is not cached.
+   * Resolves to the number of pinned tokens (whole pages).
+   */
+  pin(prefix: ChatMessage[] | string): Promise<number>;
+  /** Undoes one pin of the same prefix; false if it was not pinned. */
+  unpin(prefix: ChatMessage[] | string): Promise<boolean>;
+  /** The cache's state (answered between engine steps, even while a request runs). */
+  stats(): Promise<CacheStats>;
+  /** Drops every cached prefix not in use, pinned ones too. */
+  clear(): Promise<void>;
+}
+
+/** `engine.debug`: test and diagnostics hooks, not for apps. */
+export interface EngineDebug {
+  /** Destroys the engine's GPUDevice, as a driver reset would; the next request reloads the model. */
+  destroyDevice(): Promise<void>;
+  /** Bytes of the worker's WebAssembly memory (its peak: wasm memory never shrinks). */
+  wasmMemoryBytes(): Promise<number>;
+  /** How many times the model was uploaded again after a lost device. */
+  reloads(): Promise<number>;
+}
+
+/**
+ * A model loaded on the GPU, run in a dedicated worker. Requests are queued and run one at a
+ * time, in the order they were made.
+ */
+export interface Engine {
+  readonly info: ModelInfo;
+  readonly chat: { readonly completions: ChatCompletions };
+  readonly completions: Completions;
+  readonly cache: EngineCache;
+  readonly debug: EngineDebug;
+  /** Frees the GPU memory and ends the worker; calls made after it reject with EngineDisposedError. */
+  dispose(): Promise<void>;
+}

@@ -1,0 +1,54 @@
+// The wasm-bindgen glue's surface (crate/src/wasm/), declared here so the package type-checks
+// before the Rust build has written dist/wasm/. tsc emits nothing for this file; at run time
+// dist/worker.js imports the real glue, dist/wasm/radixlm.js. Keep it in step with the crate.
+
+/** Instantiates the wasm module; call once before anything else. */
+export default function init(module_or_path?: { module_or_path: RequestInfo | URL }): Promise<unknown>;
+
+/** Streams a GGUF file onto the GPU. Errors are JS `Error`s whose `name` is an error code. */
+export class WasmLoader {
+  private constructor();
+  /**
+   * Opens the WebGPU adapter and device. total_bytes: the file's size if known.
+   * options_json: JSON of { kv_budget_bytes?, max_batch?, max_context? }.
+   */
+  static create(total_bytes: number | undefined, options_json: string): Promise<WasmLoader>;
+  /** Feeds the next bytes of the file, in order. Synchronous (queue writes only). */
+  push(chunk: Uint8Array): void;
+  /** Bytes of the file taken so far. */
+  bytes_pushed(): number;
+  /** After the last chunk: checks every tensor arrived, builds pipelines, returns the engine. */
+  finish(): Promise<WasmEngine>;
+  free(): void;
+}
+
+/** A model on the GPU. Only one request runs at a time; no call may overlap a pending step() or pin(). */
+export class WasmEngine {
+  private constructor();
+  /** JSON: { model_name, architecture, n_layers, n_embd, vocab_size, n_ctx, max_context, page_size, adapter, backend, fingerprint }. */
+  info(): string;
+  /** Starts a chat request: JSON { messages, max_tokens?, temperature?, top_p?, top_k?, seed?, stop? }. */
+  start_chat(request_json: string): void;
+  /** Starts a raw text request: JSON { prompt, ...sampling }. */
+  start_completion(request_json: string): void;
+  /** Runs one prefill batch or one decoded token; resolves to a StepEvent JSON string. */
+  step(): Promise<string>;
+  /** Ends the current request between steps: its "done" event JSON (finish_reason "abort"), or "null". */
+  abort(): string;
+  /** JSON CacheStats (snake_case). */
+  stats(): string;
+  /** Pins a prefix, JSON { messages } or { text }; resolves to the pinned tokens. */
+  pin(json: string): Promise<number>;
+  /** Undoes one pin of the same prefix; false if it was not pinned. */
+  unpin(json: string): boolean;
+  /** Drops every cached prefix not in use (pinned ones too). */
+  clear(): void;
+  /** Test hook: GPUDevice.destroy() on the engine's device. */
+  destroy_device_for_test(): void;
+  /** true once the device is lost. */
+  is_device_lost(): boolean;
+  free(): void;
+}
+
+/** Bytes of the WebAssembly.Memory (its peak: it never shrinks). */
+export function wasm_memory_bytes(): number;

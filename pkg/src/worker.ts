@@ -1,0 +1,365 @@
+// The engine's dedicated module worker. It owns the wasm engine and runs the page's calls on it
+// one at a time, in order. A request runs as a sequence of awaited engine steps; messages that
+// arrive meanwhile are only queued or recorded, because the engine stays borrowed while a step()
+// or pin() promise is pending and any call into it would throw EngineBusyError. Aborts, cache
+// stats and the device-loss test hook take effect between two steps.
+
+import { cacheStats, generation, modelInfo, parseAbort, parseStep } from "./engine_json.js";
+import type { DoneEvent, StepEvent } from "./engine_json.js";
+import {
+  AbortError,
+  DeviceLostError,
+  InternalError,
+  NOT_STARTED,
+  RadixlmError,
+  WebGPUUnavailableError,
+  fromEngine,
+  toWire,
+} from "./errors.js";
+import type { AbortCounts } from "./errors.js";
+import { modelSource, openModel } from "./model_source.js";
+import type { ModelBytes, ModelSource } from "./model_source.js";
+import type { Call, CallKind, FromWorker, Generation, ToWorker } from "./protocol.js";
+import type { LoadProgress, ModelInfo } from "./types.js";
+import init, { WasmLoader, wasm_memory_bytes } from "./wasm/radixlm.js";
+import type { WasmEngine } from "./wasm/radixlm.js";
+
+/** The worker's global scope. Typed here: the WebWorker lib cannot share a program with DOM. */
+interface WorkerScope {
+  onmessage: ((event: MessageEvent<ToWorker>) => void) | null;
+  postMessage(message: FromWorker): void;
+  addEventListener(type: "error", listener: (event: ErrorEvent) => void): void;
+  addEventListener(type: "unhandledrejection", listener: (event: PromiseRejectionEvent) => void): void;
+}
+
+const scope = self as unknown as WorkerScope;
+
+/** Calls answered at once: they do not touch the engine. */
+type ImmediateKind = "wasmMemoryBytes" | "reloads";
+type QueuedCall = Call<Exclude<CallKind, ImmediateKind>>;
+
+/** A call waiting for, or holding, the engine. */
+interface Job {
+  call: QueuedCall;
+  /** The page asked to abort it (a "generate"). */
+  aborted: boolean;
+  /** One of its step() promises is pending. */
+  stepping: boolean;
+  /** Steps that ran on after the abort arrived: the one in flight then, if any. */
+  stepsAfterAbort: number;
+  /** It streamed text to the page, so it can no longer be retried unseen. */
+  emitted: boolean;
+}
+
+/** Builds an engine from the model source, reporting each chunk's progress. */
+async function buildEngine(source: ModelSource, options: string, report: (progress: LoadProgress) => void = () => {}): Promise<WasmEngine> {
+  const model = await openModel(source);
+  try {
+    return await upload(model, options, report);
+  } catch (error) {
+    // An unusable file must not stay in the cache, or every later load would fail on it.
+    if (error instanceof Error && error.name === "ModelFormatError") await model.forget();
+    throw error;
+  }
+}
+
+/** Streams the model onto the GPU and compiles it. */
+async function upload(model: ModelBytes, options: string, report: (progress: LoadProgress) => void): Promise<WasmEngine> {
+  let loader: WasmLoader;
+  try {
+    loader = await WasmLoader.create(model.total, options);
+  } catch (error) {
+    model.cancel();
+    throw error;
+  }
+  try {
+    let received = 0;
+    for await (const chunk of model.chunks) {
+      received += chunk.byteLength;
+      if (model.fromNetwork) report({ stage: "download", loaded: received, total: model.total });
+      loader.push(chunk);
+      report({ stage: "upload", loaded: loader.bytes_pushed(), total: model.total });
+    }
+    // Without a Content-Length the size is known only now; the last events say it.
+    if (model.total === undefined) {
+      if (model.fromNetwork) report({ stage: "download", loaded: received, total: received });
+      report({ stage: "upload", loaded: received, total: received });
+    }
+    report({ stage: "compile", loaded: 1, total: 1 });
+    return await loader.finish();
+  } finally {
+    loader.free();
+  }
+}
+
+/** How far a request's prompt got: the last prefill event's count, and whether tokens flow. */
+interface PromptProgress {
+  /** Prompt tokens with KV after the last prefill step, the reused prefix included. */
+  prefilled: number | undefined;
+  /** A token came: the whole prompt has KV. */
+  flowing: boolean;
+}
+
+/** How far a request got when it was aborted; `done` is its final event (null: none was running). */
+function abortCounts(job: Job, done: DoneEvent | null, prompt: PromptProgress): AbortCounts {
+  if (!done) return { ...NOT_STARTED, stepsAfterAbort: job.stepsAfterAbort };
+  const { prompt_tokens, completion_tokens, cached_tokens } = done.usage;
+  // Before its first prefill step a request has the KV of its reused prefix only.
+  const whole = prompt.flowing || done.finish_reason !== "abort";
+  return {
+    promptTokensComputed: whole ? prompt_tokens : (prompt.prefilled ?? cached_tokens),
+    promptTokens: prompt_tokens,
+    completionTokens: completion_tokens,
+    stepsAfterAbort: job.stepsAfterAbort,
+  };
+}
+
+function isDeviceLost(error: unknown, engine: WasmEngine): boolean {
+  if (error instanceof RadixlmError || error instanceof WebAssembly.RuntimeError) return false;
+  return (error instanceof Error && error.name === "DeviceLostError") || engine.is_device_lost();
+}
+
+/** Runs the page's calls on the engine. */
+class Driver {
+  private engine: WasmEngine | undefined;
+  /** What the engine is built from, kept to rebuild it after a lost device. */
+  private model: { source: ModelSource; options: string } | undefined;
+  private reloads = 0;
+  private readonly queue: Job[] = [];
+  private current: Job | undefined;
+  private pumping = false;
+  /** A step() or pin() promise is pending: the engine is borrowed and must not be called. */
+  private busy = false;
+  /** stats and destroyDevice calls waiting for the engine to be free (at most one step away). */
+  private readonly deferred: Call<"stats" | "destroyDevice">[] = [];
+  /** The wasm module died (a panic); nothing runs any more. */
+  private crashed = false;
+
+  receive(message: ToWorker): void {
+    if (this.crashed) return;
+    switch (message.kind) {
+      case "abort":
+        return this.abort(message.id);
+      case "wasmMemoryBytes":
+        return this.reply(message.id, () => wasm_memory_bytes());
+      case "reloads":
+        return this.reply(message.id, () => this.reloads);
+      case "stats":
+      case "destroyDevice":
+        this.deferred.push(message);
+        return this.runDeferred();
+      case "dispose":
+        // The page has already rejected everything else; the running job stops at its next step.
+        this.queue.length = 0;
+        if (this.current) this.current.aborted = true;
+        return this.enqueue(message);
+      default:
+        return this.enqueue(message);
+    }
+  }
+
+  /** Reports the module's death to the page, once: every pending call is over. */
+  crash(detail: unknown): void {
+    if (this.crashed) return;
+    this.crashed = true;
+    const error = new InternalError(
+      `The radixlm engine crashed (${String(detail)}); the console has the details. Reload the page to start it again.`,
+    );
+    this.post({ kind: "fatal", error: toWire(error) });
+  }
+
+  private post(message: FromWorker): void {
+    scope.postMessage(message);
+  }
+
+  private reply(id: number, answer: () => unknown): void {
+    try {
+      this.post({ kind: "return", id, value: answer() });
+    } catch (error) {
+      this.fail(id, error);
+    }
+  }
+
+  private fail(id: number, error: unknown): void {
+    // A trap means the module is dead, whatever call it surfaced in.
+    if (error instanceof WebAssembly.RuntimeError) return this.crash(error);
+    this.post({ kind: "throw", id, error: toWire(fromEngine(error)) });
+  }
+
+  private abort(id: number): void {
+    const queued = this.queue.findIndex((job) => job.call.id === id);
+    if (queued >= 0) {
+      this.queue.splice(queued, 1);
+      return this.fail(id, new AbortError(NOT_STARTED));
+    }
+    const job = this.current;
+    if (job?.call.id !== id || job.aborted) return;
+    job.aborted = true;
+    // The step in flight, if any, runs on; no step starts after this.
+    job.stepsAfterAbort = job.stepping ? 1 : 0;
+  }
+
+  /** Answers the deferred calls if the engine is free. */
+  private runDeferred(): void {
+    if (this.busy) return;
+    for (const call of this.deferred.splice(0)) {
+      const engine = this.engine;
+      // No engine (dropped after a lost device): the call waits its turn, which rebuilds it.
+      if (!engine) this.enqueue(call);
+      else this.reply(call.id, () => (call.kind === "stats" ? cacheStats(engine.stats()) : engine.destroy_device_for_test()));
+    }
+  }
+
+  private enqueue(call: QueuedCall): void {
+    this.queue.push({ call, aborted: false, stepping: false, stepsAfterAbort: 0, emitted: false });
+    void this.pump();
+  }
+
+  private async pump(): Promise<void> {
+    if (this.pumping) return;
+    this.pumping = true;
+    for (let job = this.queue.shift(); job && !this.crashed; job = this.queue.shift()) {
+      this.current = job;
+      try {
+        this.post({ kind: "return", id: job.call.id, value: await this.run(job) });
+      } catch (error) {
+        this.fail(job.call.id, error);
+      }
+    }
+    this.current = undefined;
+    this.pumping = false;
+  }
+
+  private run(job: Job): Promise<unknown> {
+    const { call } = job;
+    switch (call.kind) {
+      case "load":
+        return this.load(call);
+      case "generate":
+        return this.generate(job, call);
+      case "pin":
+        return this.withEngine(job, (engine) => this.exclusive(() => engine.pin(JSON.stringify(call.prefix))));
+      case "unpin":
+        return this.withEngine(job, (engine) => engine.unpin(JSON.stringify(call.prefix)));
+      case "clear":
+        return this.withEngine(job, (engine) => engine.clear());
+      case "stats":
+        return this.withEngine(job, (engine) => cacheStats(engine.stats()));
+      case "destroyDevice":
+        return this.withEngine(job, (engine) => engine.destroy_device_for_test());
+      case "dispose":
+        this.drop();
+        return Promise.resolve();
+    }
+  }
+
+  private async load(call: Call<"load">): Promise<ModelInfo> {
+    if (!navigator.gpu) throw new WebGPUUnavailableError();
+    const wasm = new URL("./wasm/radixlm_bg.wasm", import.meta.url);
+    try {
+      await init({ module_or_path: wasm });
+    } catch (error) {
+      throw new InternalError(
+        `Could not load radixlm's wasm module from ${wasm.href} (${String(error)}). Serve dist/wasm/ next to dist/worker.js, the .wasm file as application/wasm.`,
+      );
+    }
+    this.model = { source: modelSource(call.source), options: JSON.stringify(call.options) };
+    this.engine = await buildEngine(this.model.source, this.model.options, (progress) =>
+      this.post({ kind: "progress", id: call.id, progress }),
+    );
+    return modelInfo(this.engine.info());
+  }
+
+  /** The engine, rebuilt from the kept source (the Cache API or the Blob) if its device was lost. */
+  private async ready(): Promise<WasmEngine> {
+    if (this.engine && !this.engine.is_device_lost()) return this.engine;
+    if (!this.model) throw new InternalError("No model is loaded: createEngine() did not finish.");
+    this.drop();
+    this.engine = await buildEngine(this.model.source, this.model.options);
+    this.reloads++;
+    return this.engine;
+  }
+
+  private drop(): void {
+    this.engine?.free();
+    this.engine = undefined;
+  }
+
+  /**
+   * Runs `use` on a working engine. If the device is lost meanwhile, the engine is dropped (the
+   * next call rebuilds it) and `use` is retried once on a new one, unless it already streamed.
+   */
+  private async withEngine<T>(job: Job, use: (engine: WasmEngine) => T | Promise<T>): Promise<T> {
+    for (let retried = false; ; retried = true) {
+      const engine = await this.ready();
+      try {
+        return await use(engine);
+      } catch (error) {
+        if (!isDeviceLost(error, engine)) throw error;
+        this.drop();
+        if (retried || job.emitted) {
+          const cause = error instanceof Error ? error.message : String(error);
+          throw new DeviceLostError(`The GPU device was lost (${cause}). ${DeviceLostError.advice}`);
+        }
+      }
+    }
+  }
+
+  /** Awaits a call that borrows the engine; the deferred calls run as soon as it is free again. */
+  private async exclusive<T>(call: () => Promise<T>): Promise<T> {
+    this.busy = true;
+    try {
+      return await call();
+    } finally {
+      this.busy = false;
+      this.runDeferred();
+    }
+  }
+
+  private async step(engine: WasmEngine, job: Job): Promise<StepEvent> {
+    job.stepping = true;
+    try {
+      return parseStep(await this.exclusive(() => engine.step()));
+    } finally {
+      job.stepping = false;
+    }
+  }
+
+  private generate(job: Job, call: Call<"generate">): Promise<Generation> {
+    const json = JSON.stringify(call.request);
+    const chat = "messages" in call.request;
+    return this.withEngine(job, async (engine) => {
+      if (job.aborted) throw new AbortError({ ...NOT_STARTED, stepsAfterAbort: job.stepsAfterAbort });
+      if (chat) engine.start_chat(json);
+      else engine.start_completion(json);
+      const prompt: PromptProgress = { prefilled: undefined, flowing: false };
+      for (;;) {
+        if (job.aborted) throw new AbortError(abortCounts(job, parseAbort(engine.abort()), prompt));
+        const event = await this.step(engine, job);
+        if (event.type === "prefill") {
+          prompt.prefilled = event.done;
+        } else if (event.type === "token") {
+          prompt.flowing = true;
+          if (call.stream && event.text !== "") {
+            this.post({ kind: "token", id: call.id, text: event.text });
+            job.emitted = true;
+          }
+        } else if (job.aborted || event.finish_reason === "abort") {
+          throw new AbortError(abortCounts(job, event, prompt));
+        } else {
+          return generation(event);
+        }
+      }
+    });
+  }
+}
+
+const driver = new Driver();
+scope.onmessage = (event) => driver.receive(event.data);
+// A wasm panic (logged to the console by the crate's panic hook) surfaces as an uncaught trap,
+// often inside a future, where no pending promise will ever settle: report it to the page.
+scope.addEventListener("error", (event) => {
+  event.preventDefault();
+  driver.crash(event.error ?? event.message);
+});
+scope.addEventListener("unhandledrejection", (event) => driver.crash(event.reason));

@@ -1,0 +1,48 @@
+import { SMOLLM2_SHAPE_MODEL, TINY_UNTIED_MODEL, testModelFile, testModelUrl } from "../paths";
+import { expect, test } from "./fixtures";
+import { loadEngine, replyText } from "./harness";
+import { compareGreedy, nativeGenerate, NEAR_TIE } from "./native";
+
+const MAX_TOKENS = 16;
+
+// Synthetic models tokenize bytes; their control tokens (`<|extra_N|>`) reach ids across the
+// whole vocabulary, so the embedding and LM head are read far from their first rows.
+const PROMPTS: Array<{ kind: "completion" | "chat"; prompt: string }> = [
+  { kind: "completion", prompt: "The capital of France is" },
+  { kind: "completion", prompt: "<|extra_20000|><|extra_45000|>def fibonacci(n):\n    " },
+  { kind: "chat", prompt: "What is the boiling point of water at sea level?" },
+  { kind: "chat", prompt: "Write a haiku about autumn leaves." },
+];
+
+// SmolLM2-135M's shapes (30 layers, 576 wide, 9 heads over 3 KV heads, 49152 tokens) run every
+// kernel at the default model's sizes; the tiny model covers odd head counts quickly.
+for (const model of [SMOLLM2_SHAPE_MODEL, TINY_UNTIED_MODEL]) test(`greedy output in the browser equals the native CLI's, token for token (${model})`, async ({ harness: page }, testInfo) => {
+  // Four native runs and four browser runs on software GPUs.
+  test.setTimeout(480_000);
+  const { engine } = await loadEngine(page, { model: testModelUrl(model) });
+
+  for (const { kind, prompt } of PROMPTS) {
+    await test.step(`${kind} ${JSON.stringify(prompt)}`, async () => {
+      const native = nativeGenerate(prompt, { chat: kind === "chat", maxTokens: MAX_TOKENS, model: testModelFile(model) });
+      const request = { max_tokens: MAX_TOKENS, temperature: 0 };
+      const browser =
+        kind === "chat"
+          ? await engine.chat({ ...request, messages: [{ role: "user", content: prompt }] })
+          : await engine.complete({ ...request, prompt });
+
+      expect.soft(browser.usage.prompt_tokens, "as many prompt tokens as the native tokenizer gives").toBe(native.prompt_ids.length);
+
+      const verdict = compareGreedy(browser.tokens, native);
+      if (verdict.kind === "near-tie") {
+        const note = `near tie on ${kind} ${JSON.stringify(prompt)} at step ${verdict.step}: browser ${verdict.browser}, native ${verdict.native}, native top-2 gap ${verdict.gap.toFixed(4)} < ${NEAR_TIE}`;
+        console.log(note);
+        testInfo.annotations.push({ type: "near tie", description: note });
+      } else {
+        // Soft: every prompt is compared and reported, not only the first that differs.
+        expect
+          .soft(verdict, `browser ${JSON.stringify(browser.tokens)} ${JSON.stringify(replyText(browser))} vs native ${JSON.stringify(native.tokens)} ${JSON.stringify(native.text)}`)
+          .toEqual({ kind: "equal" });
+      }
+    });
+  }
+});
