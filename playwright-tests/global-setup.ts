@@ -13,6 +13,7 @@ import {
   SMOLLM2_SHAPE_MODEL,
   TEST_MODELS_DIR,
   TINY_MODEL,
+  TINY_Q4_0_MODEL,
   TINY_UNTIED_MODEL,
   testModelFile,
 } from "./paths";
@@ -21,6 +22,7 @@ import {
 const SYNTHETIC: Array<[string, string[]]> = [
   [TINY_MODEL, ["--preset", "tiny"]],
   [TINY_UNTIED_MODEL, ["--preset", "tiny", "--untied"]],
+  [TINY_Q4_0_MODEL, ["--preset", "tiny", "--untied", "--type", "q4-0"]],
   [SMOLLM2_SHAPE_MODEL, ["--preset", "smollm2-135m", "--untied"]],
   // clap spells the type q4-0 (its value names are kebab-case).
   [LLAMA_1B_SHAPE_MODEL, ["--preset", "llama-3.2-1b", "--type", "q4-0"]],

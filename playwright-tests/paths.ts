@@ -22,6 +22,8 @@ export const TINY_MODEL = "tiny.gguf";
 export const SMOLLM2_SHAPE_MODEL = "smollm2-135m-shape.untied.gguf";
 /** A tiny synthetic model with an untied LM head, whose greedy replies vary with the context. */
 export const TINY_UNTIED_MODEL = "tiny.untied.gguf";
+/** The same in Q4_0: the matmul's block-pair path, which Q8_0 shares. */
+export const TINY_Q4_0_MODEL = "tiny.untied.q4_0.gguf";
 /** A synthetic model with Llama-3.2-1B's shapes in Q4_0: the memory test. */
 export const LLAMA_1B_SHAPE_MODEL = "llama-3.2-1b-shape.q4_0.gguf";
 

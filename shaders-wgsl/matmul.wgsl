@@ -100,8 +100,10 @@ fn matmul_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
         let half = pair_words / 2u; // word holding d1 in its high half
         for (; k < K; k += 64u) {
             let p = k / 64u * pair_words;
-            var s0: array<array<f32, MAX_ROWS>, MAX_TOKENS>; // block 0 sums, before d0
-            var s1: array<array<f32, MAX_ROWS>, MAX_TOKENS>; // block 1 sums, before d1
+            // Zeroed for every pair with explicit constructors: Chromium on SwiftShader keeps an
+            // uninitialised `var` declared in a loop from the previous iteration.
+            var s0 = array<array<f32, MAX_ROWS>, MAX_TOKENS>(); // block 0 sums, before d0
+            var s1 = array<array<f32, MAX_ROWS>, MAX_TOKENS>(); // block 1 sums, before d1
             var prev: array<u32, MAX_ROWS>;
             for (var j = 0u; j < ROWS; j++) {
                 prev[j] = w[wrow[j] / 4u + p];

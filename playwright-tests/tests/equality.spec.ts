@@ -1,12 +1,12 @@
-import { SMOLLM2_SHAPE_MODEL, TINY_UNTIED_MODEL, testModelFile, testModelUrl } from "../paths";
+import { DEFAULT_MODEL_FILE, DEFAULT_MODEL_URL, TINY_Q4_0_MODEL, TINY_UNTIED_MODEL, testModelFile, testModelUrl } from "../paths";
 import { expect, test } from "./fixtures";
 import { loadEngine, replyText } from "./harness";
 import { compareGreedy, nativeGenerate, NEAR_TIE } from "./native";
 
 const MAX_TOKENS = 16;
 
-// Synthetic models tokenize bytes; their control tokens (`<|extra_N|>`) reach ids across the
-// whole vocabulary, so the embedding and LM head are read far from their first rows.
+// The synthetic models tokenize bytes; their control tokens (`<|extra_N|>`) reach ids across
+// their whole vocabulary (the default model reads that text as ordinary characters).
 const PROMPTS: Array<{ kind: "completion" | "chat"; prompt: string }> = [
   { kind: "completion", prompt: "The capital of France is" },
   { kind: "completion", prompt: "<|extra_20000|><|extra_45000|>def fibonacci(n):\n    " },
@@ -14,16 +14,22 @@ const PROMPTS: Array<{ kind: "completion" | "chat"; prompt: string }> = [
   { kind: "chat", prompt: "Write a haiku about autumn leaves." },
 ];
 
-// SmolLM2-135M's shapes (30 layers, 576 wide, 9 heads over 3 KV heads, 49152 tokens) run every
-// kernel at the default model's sizes; the tiny model covers odd head counts quickly.
-for (const model of [SMOLLM2_SHAPE_MODEL, TINY_UNTIED_MODEL]) test(`greedy output in the browser equals the native CLI's, token for token (${model})`, async ({ harness: page }, testInfo) => {
+// The default model (Q4_1 layers, a Q8_0 embedding as its LM head), and tiny synthetic models
+// with Q4_1 and Q4_0 projections: every matmul path the kernels have.
+const MODELS = [
+  { name: "the default model", url: DEFAULT_MODEL_URL, file: DEFAULT_MODEL_FILE },
+  { name: TINY_UNTIED_MODEL, url: testModelUrl(TINY_UNTIED_MODEL), file: testModelFile(TINY_UNTIED_MODEL) },
+  { name: TINY_Q4_0_MODEL, url: testModelUrl(TINY_Q4_0_MODEL), file: testModelFile(TINY_Q4_0_MODEL) },
+];
+
+for (const model of MODELS) test(`greedy output in the browser equals the native CLI's, token for token (${model.name})`, async ({ harness: page }, testInfo) => {
   // Four native runs and four browser runs on software GPUs.
   test.setTimeout(480_000);
-  const { engine } = await loadEngine(page, { model: testModelUrl(model) });
+  const { engine } = await loadEngine(page, { model: model.url });
 
   for (const { kind, prompt } of PROMPTS) {
     await test.step(`${kind} ${JSON.stringify(prompt)}`, async () => {
-      const native = nativeGenerate(prompt, { chat: kind === "chat", maxTokens: MAX_TOKENS, model: testModelFile(model) });
+      const native = nativeGenerate(prompt, { chat: kind === "chat", maxTokens: MAX_TOKENS, model: model.file });
       const request = { max_tokens: MAX_TOKENS, temperature: 0 };
       const browser =
         kind === "chat"
