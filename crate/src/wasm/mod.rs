@@ -112,7 +112,12 @@ impl WasmLoader {
     pub async fn create(total_bytes: Option<f64>, options_json: String) -> Result<WasmLoader, JsValue> {
         let options: LoadOptions = serde_json::from_str(&options_json).map_err(|e| invalid(format!("engine options: {e}")))?;
         let opts = options.engine_options()?;
-        let gpu = Gpu::new(LimitsPolicy::Adapter).await.map_err(|e| js_error(&e.into(), Phase::Load))?;
+        let gpu = Gpu::new(LimitsPolicy::Adapter).await.map_err(|e| match e {
+            // wgpu's text lists the native backends it was built without; a browser user needs
+            // only to know that no adapter came.
+            GpuError::NoAdapter(_) => named_error("NoAdapterError", "the browser offers WebGPU but returned no GPU adapter"),
+            e => js_error(&e.into(), Phase::Load),
+        })?;
         let file_len = total_bytes.filter(|n| n.is_finite() && *n >= 0.0).map(|n| n as u64);
         Ok(WasmLoader { inner: Some(ModelLoader::new(Arc::new(gpu), opts, file_len)) })
     }
