@@ -58,17 +58,9 @@ impl Request {
         self.seq
     }
 
-    pub fn prompt_len(&self) -> usize {
-        self.prompt.len()
-    }
-
     /// Prompt tokens whose KV exists: reused from the cache or prefilled so far.
     pub fn prompt_done(&self) -> usize {
         self.seq.len().min(self.prompt.len())
-    }
-
-    pub fn generated(&self) -> usize {
-        self.out.len()
     }
 }
 
