@@ -77,7 +77,7 @@ export interface SamplingRequest {
   top_p?: number;
   /** Keep only the k likeliest tokens (0: no limit). */
   top_k?: number;
-  /** Seed of the sampler: the same seed and request give the same reply. */
+  /** Seed of the sampler: the same seed and request give the same reply; without one, each request draws its own. */
   seed?: number;
   /** Generation stops when the reply ends with one of these; the stop string is not returned. */
   stop?: string | string[];

@@ -175,7 +175,9 @@ impl SamplingJson {
             temperature,
             top_k: self.top_k.unwrap_or(0),
             top_p,
-            seed: self.seed.unwrap_or(0),
+            // No seed: a fresh one per request, as OpenAI's API does (a fixed default would give
+            // every sampled reply to the same conversation the same words).
+            seed: self.seed.unwrap_or_else(|| (js_sys::Math::random() * (1u64 << 53) as f64) as u64),
             max_tokens,
             stop: self.stop.clone(),
             ignore_eos: false,
