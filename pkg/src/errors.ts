@@ -11,7 +11,7 @@ const WEBGPU_BROWSERS =
 
 /** The browser has no WebGPU (`navigator.gpu` is missing), or the page is not a secure context. */
 export class WebGPUUnavailableError extends RadixlmError {
-  override readonly name = "WebGPUUnavailableError";
+  override readonly name: string = "WebGPUUnavailableError";
   constructor(
     message = globalThis.isSecureContext === false
       ? `WebGPU needs a secure context: serve this page over https or from localhost, in a browser with WebGPU (${WEBGPU_BROWSERS}).`
@@ -21,8 +21,11 @@ export class WebGPUUnavailableError extends RadixlmError {
   }
 }
 
-/** WebGPU is there but gives no GPU adapter. */
-export class NoAdapterError extends RadixlmError {
+/**
+ * WebGPU is there but gives no GPU adapter (disabled, blocklisted, or a browser that exposes the
+ * API without enabling it): for the user, no WebGPU, so it is a `WebGPUUnavailableError` too.
+ */
+export class NoAdapterError extends WebGPUUnavailableError {
   override readonly name = "NoAdapterError";
   /** What to do, appended to the engine's message. */
   static readonly advice =

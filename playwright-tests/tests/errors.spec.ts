@@ -7,7 +7,8 @@ import { loadEngine, openHarness, preparePage, tryLoadEngine } from "./harness";
 
 test("without WebGPU, createEngine says WebGPU is unavailable", async ({ consoleErrors }) => {
   // Chromium on Linux without --enable-unsafe-webgpu still has navigator.gpu (in the page and in
-  // workers), but requestAdapter() resolves to null: the package reports that as NoAdapterError.
+  // workers), but requestAdapter() resolves to null: the package reports that as NoAdapterError,
+  // a kind of WebGPUUnavailableError.
   const browser = await chromium.launch({ executablePath: CHROMIUM_PATH, headless: true, args: BASE_FLAGS });
   try {
     const page = await browser.newPage({ baseURL: ORIGIN });
@@ -21,6 +22,7 @@ test("without WebGPU, createEngine says WebGPU is unavailable", async ({ console
     expect(["WebGPUUnavailableError", "NoAdapterError"]).toContain(outcome.error.name);
     expect(outcome.error.name).toBe("NoAdapterError");
     expect(outcome.error.isNamedClass).toBe(true);
+    expect(outcome.error.isWebGPUUnavailable, "it is the no-WebGPU error class").toBe(true);
     expect(outcome.error.isRadixlmError).toBe(true);
     expect(outcome.error.message).toMatch(/WebGPU/);
   } finally {

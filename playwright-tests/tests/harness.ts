@@ -34,6 +34,8 @@ export interface ErrorInfo {
   isRadixlmError: boolean;
   /** `instanceof` the class the package exports under `name`. */
   isNamedClass: boolean;
+  /** `instanceof WebGPUUnavailableError` (no WebGPU, or WebGPU without an adapter). */
+  isWebGPUUnavailable: boolean;
   /** Own enumerable number/string/boolean fields (AbortError's counters, an HTTP status, ...). */
   fields: Record<string, number | string | boolean>;
   stack: string;
@@ -85,6 +87,7 @@ function installPageGlobals(packageUrl: string): void {
         message: e.message,
         isRadixlmError: !!m && e instanceof m.RadixlmError,
         isNamedClass: typeof named === "function" && e instanceof (named as new () => Error),
+        isWebGPUUnavailable: !!m && e instanceof m.WebGPUUnavailableError,
         fields,
         stack: e.stack ?? "",
       };
