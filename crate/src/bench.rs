@@ -112,16 +112,29 @@ pub struct PrefixRow {
     pub delta: usize,
     pub cold_ttft_ms: Vec<f64>,
     pub warm_ttft_ms: Vec<f64>,
+    /// Warm with the spill tier detached, in the same run: what spilling costs a request.
+    pub warm_no_spill_ttft_ms: Vec<f64>,
+    /// Prefix spilled, GPU tier cleared, then prefix + suffix (empty without a spill store).
+    pub restored_ttft_ms: Vec<f64>,
+    /// Writing the prefix's pages to the spill store after it ran (off any request's path).
+    pub write_behind_ms: Vec<f64>,
     pub cold_prefilled: usize,
     pub warm_prefilled: usize,
     pub warm_reused: usize,
+    pub restored_tokens: usize,
+    pub restored_prefilled: usize,
     /// Which correctness control failed, if any; a failed row reports no speedup.
     pub failed_control: Option<String>,
     pub cold_median_ms: f64,
     pub cold_p95_ms: f64,
     pub warm_median_ms: f64,
     pub warm_p95_ms: f64,
+    pub warm_no_spill_median_ms: f64,
+    pub restored_median_ms: Option<f64>,
+    pub restored_p95_ms: Option<f64>,
+    pub write_behind_median_ms: Option<f64>,
     pub speedup: Option<f64>,
+    pub restored_speedup: Option<f64>,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -130,6 +143,8 @@ pub struct PrefixReport {
     pub page_size: usize,
     pub repeats: usize,
     pub check_tokens: usize,
+    /// The spill format of the restored path, when a spill store is attached.
+    pub spill: Option<crate::kv::spill::SpillFormat>,
     pub rows: Vec<PrefixRow>,
 }
 
@@ -139,95 +154,169 @@ impl PrefixReport {
     }
 }
 
+/// How a measured request finds the cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CachePath {
+    /// Both tiers empty.
+    Cold,
+    /// The prefix ran just before (then written behind, as after any request).
+    Warm,
+    /// The prefix ran and was written to the spill store, then the GPU tier was cleared.
+    Restored,
+}
+
 /// The prefix-cache benchmark (DESIGN.md, "The benchmark protocol"). For each prefix length P:
-/// cold = empty cache, prefix + suffix; warm = the prefix run once untimed, then prefix + suffix;
-/// control = the suffix alone. Cold and warm TTFTs are measured in interleaved repeats.
-/// Correctness is part of the measurement: warm's greedy tokens must equal cold's, and must
-/// differ from the control's (a cache that dropped the prefix would answer like the control);
-/// every timed warm run's first token must equal cold's. A failed control voids the row.
+/// cold = empty cache, prefix + suffix; warm = the prefix run once untimed, then prefix +
+/// suffix; restored = the prefix spilled and the GPU tier cleared, then prefix + suffix (when
+/// a spill store is attached); control = the suffix alone. TTFTs are measured in interleaved
+/// repeats, warm also with the spill tier detached. Correctness is part of the measurement:
+/// warm's and restored's greedy tokens must equal cold's and differ from the control's (a
+/// cache that dropped the prefix would answer like the control), the restored path must have
+/// restored the prefix, and every timed run's first token must equal cold's. A failed control
+/// voids the row.
 pub async fn prefix(engine: &mut Engine, cfg: &PrefixBenchConfig) -> Result<PrefixReport, EngineError> {
     let question = engine.tokenizer.encode(QUESTION, false)?;
     let suffix: Vec<u32> = question.iter().copied().cycle().take(cfg.delta).collect();
     let greedy = |n| SamplingParams { ignore_eos: true, ..SamplingParams::greedy(n) };
+    let spill = engine.spill_stats().map(|s| s.format);
     let mut rows = Vec::new();
     for &p in &cfg.prefix_lens {
         let prefix = prompt_of_len(engine, p)?;
         let prompt: Vec<u32> = prefix.iter().chain(&suffix).copied().collect();
+        let check = greedy(cfg.check_tokens);
 
-        let cold = run(engine, None, &prompt, &greedy(cfg.check_tokens)).await?;
-        let warm = run(engine, Some(&prefix), &prompt, &greedy(cfg.check_tokens)).await?;
-        let control = run(engine, None, &suffix, &greedy(cfg.check_tokens)).await?;
+        let (cold, _) = run(engine, CachePath::Cold, &prefix, &prompt, &check).await?;
+        let (warm, _) = run(engine, CachePath::Warm, &prefix, &prompt, &check).await?;
+        let restored = match spill {
+            Some(_) => Some(run(engine, CachePath::Restored, &prefix, &prompt, &check).await?.0),
+            None => None,
+        };
+        let (control, _) = run(engine, CachePath::Cold, &prefix, &suffix, &check).await?;
         let mut failed = None;
+        let mut fail = |why: String| {
+            failed.get_or_insert(why);
+        };
         if warm.tokens != cold.tokens {
-            failed = Some(format!("warm greedy {} tokens differ from cold", cfg.check_tokens));
-        } else if warm.tokens == control.tokens {
-            failed = Some("warm greedy tokens equal the suffix-alone control (prefix context lost)".to_string());
+            fail(format!("warm greedy {} tokens differ from cold", cfg.check_tokens));
+        }
+        if warm.tokens == control.tokens {
+            fail("warm greedy tokens equal the suffix-alone control (prefix context lost)".to_string());
+        }
+        if let Some(r) = &restored {
+            if r.stats.restored_tokens == 0 {
+                fail("the restored path restored nothing from the spill store".to_string());
+            } else if r.tokens != cold.tokens {
+                fail(format!("restored greedy {} tokens differ from cold", cfg.check_tokens));
+            } else if r.tokens == control.tokens {
+                fail("restored greedy tokens equal the suffix-alone control (prefix context lost)".to_string());
+            }
         }
 
-        let (mut cold_ms, mut warm_ms) = (Vec::new(), Vec::new());
+        let (mut cold_ms, mut warm_ms, mut warm_off_ms, mut restored_ms, mut write_ms) = (vec![], vec![], vec![], vec![], vec![]);
         for _ in 0..cfg.repeats.max(1) {
-            let c = run(engine, None, &prompt, &greedy(1)).await?;
-            let w = run(engine, Some(&prefix), &prompt, &greedy(1)).await?;
-            if failed.is_none() && (c.tokens[0] != cold.tokens[0] || w.tokens[0] != cold.tokens[0]) {
-                failed = Some("a timed run's first token differs from cold's".to_string());
+            let (c, _) = run(engine, CachePath::Cold, &prefix, &prompt, &greedy(1)).await?;
+            let (w, _) = run(engine, CachePath::Warm, &prefix, &prompt, &greedy(1)).await?;
+            let tier = engine.detach_spill();
+            let off = run(engine, CachePath::Warm, &prefix, &prompt, &greedy(1)).await;
+            if let Some(tier) = tier {
+                engine.reattach_spill(tier);
+            }
+            let (off, _) = off?;
+            let mut firsts = vec![c.tokens[0], w.tokens[0], off.tokens[0]];
+            if spill.is_some() {
+                let (r, write) = run(engine, CachePath::Restored, &prefix, &prompt, &greedy(1)).await?;
+                firsts.push(r.tokens[0]);
+                restored_ms.push(r.stats.ttft_ms);
+                write_ms.extend(write);
+            }
+            if firsts.iter().any(|&t| t != cold.tokens[0]) {
+                fail("a timed run's first token differs from cold's".to_string());
             }
             cold_ms.push(c.stats.ttft_ms);
             warm_ms.push(w.stats.ttft_ms);
+            warm_off_ms.push(off.stats.ttft_ms);
         }
         let ok = failed.is_none();
+        let restored_median = (!restored_ms.is_empty()).then(|| median(&restored_ms));
         rows.push(PrefixRow {
             prefix_len: p,
             delta: cfg.delta,
             cold_prefilled: cold.stats.prefilled_tokens,
             warm_prefilled: warm.stats.prefilled_tokens,
             warm_reused: warm.stats.reused_tokens,
+            restored_tokens: restored.as_ref().map_or(0, |r| r.stats.restored_tokens),
+            restored_prefilled: restored.as_ref().map_or(0, |r| r.stats.prefilled_tokens),
             failed_control: failed,
             cold_median_ms: median(&cold_ms),
             cold_p95_ms: percentile(&cold_ms, 95.0),
             warm_median_ms: median(&warm_ms),
             warm_p95_ms: percentile(&warm_ms, 95.0),
+            warm_no_spill_median_ms: median(&warm_off_ms),
+            restored_median_ms: restored_median,
+            restored_p95_ms: (!restored_ms.is_empty()).then(|| percentile(&restored_ms, 95.0)),
+            write_behind_median_ms: (!write_ms.is_empty()).then(|| median(&write_ms)),
             speedup: ok.then(|| median(&cold_ms) / median(&warm_ms)),
+            restored_speedup: restored_median.filter(|_| ok).map(|r| median(&cold_ms) / r),
             cold_ttft_ms: cold_ms,
             warm_ttft_ms: warm_ms,
+            warm_no_spill_ttft_ms: warm_off_ms,
+            restored_ttft_ms: restored_ms,
+            write_behind_ms: write_ms,
         });
         engine.clear_cache();
+        engine.clear_spill().await;
     }
     Ok(PrefixReport {
         device: format!("{} ({:?})", engine.gpu.info.name, engine.gpu.info.backend),
         page_size: engine.cache_stats().page_size,
         repeats: cfg.repeats.max(1),
         check_tokens: cfg.check_tokens,
+        spill,
         rows,
     })
 }
 
-/// One request from an empty cache, after caching `warm_with` (untimed) when given.
-async fn run(engine: &mut Engine, warm_with: Option<&[u32]>, prompt: &[u32], params: &SamplingParams) -> Result<crate::engine::Generation, EngineError> {
+/// One request on `prompt` after setting the cache up as `path` says (untimed), with the time
+/// the restored path's write-behind took.
+async fn run(engine: &mut Engine, path: CachePath, prefix: &[u32], prompt: &[u32], params: &SamplingParams) -> Result<(crate::engine::Generation, Option<f64>), EngineError> {
     engine.clear_cache();
-    if let Some(prefix) = warm_with {
+    engine.clear_spill().await;
+    let mut write_ms = None;
+    if path != CachePath::Cold {
         let mut seq = Sequence::default();
         let r = engine.logits(&mut seq, prefix).await;
         engine.release(&mut seq);
         r?;
+        let started = web_time::Instant::now();
+        engine.write_behind().await;
+        write_ms = Some(started.elapsed().as_secs_f64() * 1e3);
+    }
+    if path == CachePath::Restored {
+        engine.clear_cache();
     }
     let mut seq = Sequence::default();
     let g = engine.generate(&mut seq, prompt, params, |_| true).await;
     engine.release(&mut seq);
-    g
+    Ok((g?, write_ms.filter(|_| path == CachePath::Restored)))
 }
 
 impl fmt::Display for PrefixReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "device: {} | page size {} | {} repeats | controls over {} greedy tokens", self.device, self.page_size, self.repeats, self.check_tokens)?;
-        writeln!(f, "| prefix | delta | cold TTFT ms (median / p95) | warm TTFT ms (median / p95) | speedup | prefilled cold / warm | controls |")?;
-        writeln!(f, "|-------:|------:|----------------------------:|----------------------------:|--------:|----------------------:|----------|")?;
+        let spill = self.spill.map_or("no spill store".to_string(), |s| format!("spill {s:?}"));
+        writeln!(f, "device: {} | page size {} | {} repeats | controls over {} greedy tokens | {spill}", self.device, self.page_size, self.repeats, self.check_tokens)?;
+        writeln!(f, "TTFT in ms, median / p95; warm without spilling is the same warm path with the spill tier detached")?;
+        writeln!(f, "| prefix | delta | cold | warm | warm, no spill | restored | warm speedup | restored speedup | write-behind ms | prefilled cold / warm / restored | restored tokens | controls |")?;
+        writeln!(f, "|-------:|------:|-----:|-----:|---------------:|---------:|-------------:|-----------------:|----------------:|---------------------------------:|----------------:|----------|")?;
+        let opt = |v: Option<f64>| v.map_or("—".to_string(), |v| format!("{v:.0}"));
+        let times = |v: Option<f64>| v.map_or("—".to_string(), |v| format!("{v:.1}x"));
         for r in &self.rows {
-            let speedup = r.speedup.map_or("—".to_string(), |s| format!("{s:.1}x"));
             let controls = r.failed_control.as_deref().map_or("pass".to_string(), |c| format!("FAIL: {c}"));
             writeln!(
                 f,
-                "| {:>6} | {:>5} | {:>12.0} / {:>12.0} | {:>12.0} / {:>12.0} | {:>7} | {:>10} / {:>9} | {} |",
-                r.prefix_len, r.delta, r.cold_median_ms, r.cold_p95_ms, r.warm_median_ms, r.warm_p95_ms, speedup, r.cold_prefilled, r.warm_prefilled, controls
+                "| {} | {} | {:.0} / {:.0} | {:.0} / {:.0} | {:.0} | {} / {} | {} | {} | {} | {} / {} / {} | {} | {} |",
+                r.prefix_len, r.delta, r.cold_median_ms, r.cold_p95_ms, r.warm_median_ms, r.warm_p95_ms, r.warm_no_spill_median_ms,
+                opt(r.restored_median_ms), opt(r.restored_p95_ms), times(r.speedup), times(r.restored_speedup), opt(r.write_behind_median_ms),
+                r.cold_prefilled, r.warm_prefilled, r.restored_prefilled, r.restored_tokens, controls
             )?;
         }
         Ok(())

@@ -2,6 +2,8 @@
 //! random inputs with odd sizes, on whatever adapter is present (llvmpipe in CI), under both
 //! the adapter's limits and the WebGPU default limits.
 
+mod common;
+
 use radixlm::gguf::blocks::{dequantize, quantize};
 use radixlm::gguf::GgmlType;
 use radixlm::gpu::executor::{block_on, open};
@@ -338,6 +340,27 @@ fn kv_store_and_paged_attention() {
     check_kv_and_attention(gpu, &mut rng, 4, 1, 256, 16, 40, 7);
     check_kv_and_attention(gpu, &mut rng, 3, 3, 32, 7, 20, 5);
     check_kv_and_attention(gpu, &mut rng, 8, 1, 128, 16, 9, 3); // the largest group (MAX_GROUP)
+}
+
+#[test]
+fn kv_quant_against_the_cpu_reference() {
+    use radixlm::kv::spill::{group_size, QuantLayout, SpillFormat};
+    let mut rng = SplitMix64(12);
+    // (page size, KV heads, head dim): the default model's pages, a tiny model's 32-wide heads,
+    // 128-wide heads (two groups each) and an odd page size.
+    for (page, hkv, d) in [(16, 3, 64), (16, 2, 32), (16, 2, 128), (7, 1, 64)] {
+        let page_values = page * hkv * d;
+        let n_pool = 9;
+        // Scaled like real keys: a few large channels over many small ones.
+        let slices: Vec<Vec<f32>> = (0..4).map(|_| (0..n_pool * page_values).map(|i| rng.normal() * if i % 17 == 0 { 8.0 } else { 0.5 }).collect()).collect();
+        for format in [SpillFormat::Q8, SpillFormat::Q4] {
+            let layout = QuantLayout { format, group: group_size(d).unwrap() };
+            for policy in [LimitsPolicy::Adapter, LimitsPolicy::WebGpuDefault] {
+                let c = common::check_kv_quant(gpu(policy), layout, page_values, &slices, &[7, 0, 3, 8, 1]);
+                assert!(c.worst_error_over_bound <= 1.0, "{format:?} page={page} hkv={hkv} d={d}: {c:?}");
+            }
+        }
+    }
 }
 
 #[test]

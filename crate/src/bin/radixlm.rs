@@ -11,6 +11,8 @@ use radixlm::engine::{Engine, EngineOptions, Generation, Sequence, Step};
 use radixlm::gguf::{GgmlType, GgufFile};
 use radixlm::gpu::context::LimitsPolicy;
 use radixlm::gpu::executor::{block_on, open};
+use radixlm::kv::spill::dir_store::DirStore;
+use radixlm::kv::spill::SpillFormat;
 use radixlm::model::synthetic::SyntheticSpec;
 use radixlm::model::Config;
 use radixlm::tokenizer::{ChatTemplate, Message};
@@ -35,6 +37,36 @@ struct ModelArgs {
     /// Use only WebGPU's default limits, as a phone browser would offer.
     #[arg(long)]
     webgpu_limits: bool,
+    /// Folder of the spill store, where quantized KV pages outlive the process
+    /// [default: the user's cache folder, e.g. ~/.cache/radixlm/kv].
+    #[arg(long)]
+    cache_dir: Option<PathBuf>,
+    /// Keep no KV pages outside the GPU.
+    #[arg(long)]
+    no_spill: bool,
+    /// How spilled KV pages are quantized.
+    #[arg(long, value_enum, default_value_t = SpillArg::Q8)]
+    spill: SpillArg,
+    /// Spill store budget in MiB (least recently used pages go first).
+    #[arg(long, default_value_t = 1024)]
+    spill_mib: u64,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy)]
+enum SpillArg {
+    /// 8-bit affine, groups of 64 (about half the GPU's f16 bytes).
+    Q8,
+    /// 4-bit affine, groups of 64 (about a quarter).
+    Q4,
+}
+
+/// Where a command keeps spilled pages.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum SpillDir {
+    /// `--cache-dir`, or the user's cache folder.
+    User,
+    /// A fresh folder removed afterwards: benchmarks must not read or clear the user's cache.
+    Scratch,
 }
 
 #[derive(clap::Args, Clone)]
@@ -186,19 +218,48 @@ fn read_model(path: &PathBuf) -> Result<Vec<u8>, AnyError> {
     std::fs::read(path).map_err(|e| format!("cannot read model {}: {e}", path.display()).into())
 }
 
-fn load_engine(args: &ModelArgs) -> Result<Engine, AnyError> {
+fn load_engine(args: &ModelArgs, dir: SpillDir) -> Result<Engine, AnyError> {
     let bytes = read_model(&args.model)?;
     let policy = if args.webgpu_limits { LimitsPolicy::WebGpuDefault } else { LimitsPolicy::Adapter };
     let gpu = std::sync::Arc::new(open(policy)?);
-    let opts = EngineOptions { kv_budget_bytes: args.kv_mib << 20, ..EngineOptions::default() };
-    Ok(block_on(&gpu.clone(), Engine::load(gpu, &bytes, &opts))?)
+    let spill = (!args.no_spill).then_some(match args.spill {
+        SpillArg::Q8 => SpillFormat::Q8,
+        SpillArg::Q4 => SpillFormat::Q4,
+    });
+    let opts = EngineOptions { kv_budget_bytes: args.kv_mib << 20, spill, spill_budget_bytes: args.spill_mib << 20, ..EngineOptions::default() };
+    let mut engine = block_on(&gpu.clone(), Engine::load(gpu.clone(), &bytes, &opts))?;
+    if spill.is_some() {
+        let folder = match dir {
+            SpillDir::User => args.cache_dir.clone().or_else(|| dirs::cache_dir().map(|d| d.join("radixlm").join("kv"))),
+            SpillDir::Scratch => Some(scratch_dir()),
+        };
+        let Some(folder) = folder else {
+            eprintln!("note: no cache folder found (pass --cache-dir); KV pages will not be kept");
+            return Ok(engine);
+        };
+        let store = DirStore::open(&folder, opts.spill_budget_bytes).map_err(|e| format!("spill store {}: {e}", folder.display()))?;
+        if !block_on(&gpu, engine.attach_spill_store(Box::new(store))) {
+            eprintln!("note: this model's head size has no spill quantization group; KV pages will not be kept");
+        }
+    }
+    Ok(engine)
+}
+
+fn scratch_dir() -> PathBuf {
+    std::env::temp_dir().join(format!("radixlm-bench-{}", std::process::id()))
+}
+
+/// Writes the request's new pages to the spill store, as the engine's idle work.
+fn write_behind(engine: &mut Engine) {
+    let gpu = engine.gpu.clone();
+    block_on(&gpu, engine.write_behind());
 }
 
 fn run(cli: Cli) -> Result<(), AnyError> {
     match cli.command {
         Command::Info { model } => info(&model),
         Command::Generate { model, prompt, chat, json, sampling } => {
-            let mut engine = load_engine(&model)?;
+            let mut engine = load_engine(&model, SpillDir::User)?;
             let tokens = if chat {
                 engine.chat_tokens(&[Message { role: "user".into(), content: prompt }])?
             } else {
@@ -209,6 +270,8 @@ fn run(cli: Cli) -> Result<(), AnyError> {
             }
             let mut seq = Sequence::default();
             let gen = generate_streaming(&mut engine, &mut seq, &tokens, &sampling.params())?;
+            engine.release(&mut seq);
+            write_behind(&mut engine);
             println!();
             print_stats(&gen);
             Ok(())
@@ -240,10 +303,12 @@ fn run(cli: Cli) -> Result<(), AnyError> {
             if long {
                 prefix_lens.extend([2048, 4096]);
             }
-            let mut engine = load_engine(&model)?;
+            let mut engine = load_engine(&model, SpillDir::Scratch)?;
             let gpu = engine.gpu.clone();
             let cfg = radixlm::bench::PrefixBenchConfig { prefix_lens, delta, repeats, ..Default::default() };
-            let report = block_on(&gpu, radixlm::bench::prefix(&mut engine, &cfg))?;
+            let report = block_on(&gpu, radixlm::bench::prefix(&mut engine, &cfg));
+            let _ = std::fs::remove_dir_all(scratch_dir());
+            let report = report?;
             println!("{report}");
             println!("{}", serde_json::to_string(&report)?);
             match report.rows.iter().find_map(|r| r.failed_control.as_ref().map(|c| (r.prefix_len, c))) {
@@ -253,7 +318,8 @@ fn run(cli: Cli) -> Result<(), AnyError> {
         }
         Command::Chat { model, system, sampling } => chat(&model, system, &sampling.params()),
         Command::Bench { which: Bench::Throughput { model, prefill_tokens, decode_tokens, repeats } } => {
-            let mut engine = load_engine(&model)?;
+            // Every repeat must prefill its whole prompt: no spill tier to restore it from.
+            let mut engine = load_engine(&ModelArgs { no_spill: true, ..model }, SpillDir::Scratch)?;
             let gpu = engine.gpu.clone();
             let report = block_on(&gpu, radixlm::bench::throughput(&mut engine, prefill_tokens, decode_tokens, repeats))?;
             println!("{report}");
@@ -291,6 +357,7 @@ fn generate_json(engine: &mut Engine, prompt: &[u32], params: &SamplingParams) -
         }
     };
     engine.release(&mut req.into_sequence());
+    write_behind(engine);
     let out = serde_json::json!({
         "prompt_ids": prompt,
         "tokens": generation.tokens,
@@ -306,15 +373,15 @@ fn generate_json(engine: &mut Engine, prompt: &[u32], params: &SamplingParams) -
 fn print_stats(gen: &Generation) {
     let s = &gen.stats;
     eprintln!(
-        "[prompt {} tokens ({} reused, {} prefilled) | TTFT {:.0} ms | prefill {:.1} tok/s | decode {:.1} tok/s | {} tokens, {:?}]",
-        s.prompt_tokens, s.reused_tokens, s.prefilled_tokens, s.ttft_ms, s.prefill_tokens_per_s, s.decode_tokens_per_s,
+        "[prompt {} tokens ({} reused, {} restored, {} prefilled) | TTFT {:.0} ms | prefill {:.1} tok/s | decode {:.1} tok/s | {} tokens, {:?}]",
+        s.prompt_tokens, s.reused_tokens, s.restored_tokens, s.prefilled_tokens, s.ttft_ms, s.prefill_tokens_per_s, s.decode_tokens_per_s,
         s.generated_tokens, gen.finish_reason
     );
 }
 
 fn chat(model: &ModelArgs, system: Option<String>, params: &SamplingParams) -> Result<(), AnyError> {
     eprintln!("loading {} ...", model.model.display());
-    let mut engine = load_engine(model)?;
+    let mut engine = load_engine(model, SpillDir::User)?;
     eprintln!(
         "radixlm chat — {} on {} ({}). Type a message; an empty line or Ctrl-D quits.",
         model.model.file_name().unwrap_or_default().to_string_lossy(),
@@ -338,6 +405,7 @@ fn chat(model: &ModelArgs, system: Option<String>, params: &SamplingParams) -> R
             true
         });
         let gen = block_on(&gpu, reply)?;
+        write_behind(&mut engine);
         println!();
         print_stats(&gen);
     }

@@ -10,6 +10,7 @@ pub mod loader;
 pub mod request;
 pub mod sampling;
 pub mod session;
+pub mod spill;
 mod stop;
 pub mod weights;
 
@@ -18,11 +19,13 @@ use std::sync::Arc;
 use crate::gguf::GgufError;
 use crate::gpu::context::{Gpu, GpuError};
 use crate::kv::pool::{KvPool, DEFAULT_PAGE_SIZE};
+use crate::kv::spill::{SpillFormat, SpillStore};
 use crate::kv::{CacheError, CacheStats, PrefixCache};
 use crate::model::{Config, ModelError};
 use crate::tokenizer::{ChatTemplate, Tokenizer, TokenizerError};
 
 use forward::Forward;
+use spill::{SpillStats, SpillTier};
 pub use loader::ModelLoader;
 pub use request::{Request, Step};
 use weights::ModelWeights;
@@ -63,11 +66,22 @@ pub struct EngineOptions {
     pub max_batch: usize,
     /// Cap on a sequence's length; defaults to the model's training context.
     pub max_context: Option<usize>,
+    /// How pages leaving the GPU are quantized for the spill store; `None` turns spilling off.
+    pub spill: Option<SpillFormat>,
+    /// Bytes the spill store may hold; its least recently used records go first.
+    pub spill_budget_bytes: u64,
 }
 
 impl Default for EngineOptions {
     fn default() -> Self {
-        Self { kv_budget_bytes: 256 << 20, page_size: DEFAULT_PAGE_SIZE, max_batch: 256, max_context: None }
+        Self {
+            kv_budget_bytes: 256 << 20,
+            page_size: DEFAULT_PAGE_SIZE,
+            max_batch: 256,
+            max_context: None,
+            spill: Some(SpillFormat::Q8),
+            spill_budget_bytes: 1 << 30,
+        }
     }
 }
 
@@ -91,8 +105,10 @@ pub enum FinishReason {
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct GenerationStats {
     pub prompt_tokens: usize,
-    /// Prompt tokens whose KV was already cached and reused.
+    /// Prompt tokens whose KV was already cached on the GPU and reused.
     pub reused_tokens: usize,
+    /// Prompt tokens whose KV came back from the spill store instead of being prefilled.
+    pub restored_tokens: usize,
     pub prefilled_tokens: usize,
     pub generated_tokens: usize,
     pub ttft_ms: f64,
@@ -128,11 +144,14 @@ pub struct Engine {
     histories: histories::TokenHistories,
     /// Prompt tokens reused from the cache over every request so far.
     tokens_reused: u64,
+    /// The spill tier, once a store is attached (and spilling is on).
+    spill: Option<SpillTier>,
+    spill_format: Option<SpillFormat>,
     requests: u64,
     /// Owned here so the weights live as long as the bind groups that read them.
     _weights: ModelWeights,
     /// The KV pages the forward pass's bind groups read and write.
-    _pool: KvPool,
+    pool: KvPool,
     forward: Forward,
 }
 
@@ -176,9 +195,11 @@ impl Engine {
             cache,
             histories: Default::default(),
             tokens_reused: 0,
+            spill: None,
+            spill_format: opts.spill,
             requests: 0,
             _weights: weights,
-            _pool: pool,
+            pool,
             forward,
         })
     }
@@ -196,9 +217,72 @@ impl Engine {
         (self.requests, self.tokens_reused)
     }
 
-    /// Evicts every cached prefix that no live sequence holds (pinned ones too).
+    /// Drops every cached prefix from the GPU that no live sequence holds (pinned ones too).
+    /// The spill store keeps what it has: see [`clear_spill`](Self::clear_spill).
     pub fn clear_cache(&mut self) {
         self.cache.clear();
+    }
+
+    /// Spills pages through `store` from now on (unless spilling is off, or the model's head
+    /// size has no quantization group: then false). Pages the store already holds for this
+    /// model can be restored at once.
+    pub async fn attach_spill_store(&mut self, store: Box<dyn SpillStore>) -> bool {
+        let Some(format) = self.spill_format else { return false };
+        self.spill = SpillTier::new(&self.gpu, &self.cfg, &self.pool, self.fingerprint, format, store).await;
+        self.spill.is_some()
+    }
+
+    /// Takes the spill tier out (spilling stops until it is put back with
+    /// [`reattach_spill`](Self::reattach_spill)); for benchmarks comparing with and without.
+    pub fn detach_spill(&mut self) -> Option<SpillTier> {
+        self.spill.take()
+    }
+
+    pub fn reattach_spill(&mut self, tier: SpillTier) {
+        self.spill = Some(tier);
+    }
+
+    /// Writes every cached page the spill store lacks to it (write-behind), so a reload or a
+    /// restart finds them; for idle time between requests.
+    pub async fn write_behind(&mut self) {
+        if let Some(spill) = &mut self.spill {
+            spill.write_behind(&self.gpu, &self.cache).await;
+        }
+    }
+
+    /// Drops this model's records from the spill store.
+    pub async fn clear_spill(&mut self) {
+        if let Some(spill) = &mut self.spill {
+            spill.clear().await;
+        }
+    }
+
+    /// The K and V values of pool page `page`, per layer K then V (the spill record's slices),
+    /// for tests and tools that inspect real KV.
+    pub async fn kv_page_values(&self, page: u32) -> Result<Vec<Vec<f32>>, EngineError> {
+        let words = (self.pool.page_size * self.cfg.kv_dim() / 2) as u64;
+        let mut slices = Vec::with_capacity(2 * self.cfg.n_layers);
+        for (k, v) in self.pool.k.iter().zip(&self.pool.v) {
+            for buf in [k, v] {
+                let pairs = crate::gpu::readback::read_u32(&self.gpu, buf, page as u64 * words, words).await?;
+                slices.push(pairs.iter().flat_map(|w| [*w as u16, (*w >> 16) as u16]).map(|h| half::f16::from_bits(h).to_f32()).collect());
+            }
+        }
+        Ok(slices)
+    }
+
+    pub fn spill_stats(&self) -> Option<SpillStats> {
+        self.spill.as_ref().map(SpillTier::stats)
+    }
+
+    /// Makes `seq`'s pages cover `len` tokens; pages evicted for it are quantized for the
+    /// spill tier before anything can overwrite them.
+    fn reserve(&mut self, seq: &mut Sequence, len: usize) -> Result<(), CacheError> {
+        let evicted = self.cache.reserve(seq, len)?;
+        if let (Some(spill), false) = (&mut self.spill, evicted.is_empty()) {
+            spill.capture(&self.gpu, evicted);
+        }
+        Ok(())
     }
 
     /// Computes (if not cached) and pins `tokens`' whole pages so eviction never takes them:
@@ -243,7 +327,7 @@ impl Engine {
     /// Computes the KV of `tokens[seq.len()..]` and returns the last token's logits.
     async fn prefill(&mut self, seq: &mut Sequence, tokens: &[u32]) -> Result<Vec<f32>, EngineError> {
         let start = seq.len();
-        self.cache.reserve(seq, tokens.len())?;
+        self.reserve(seq, tokens.len())?;
         let mut logits = None;
         let mut pos = start;
         while pos < tokens.len() {

@@ -38,6 +38,9 @@ pub struct Request {
     stops: StopMatcher,
     out: Vec<u32>,
     reused: usize,
+    restored: usize,
+    /// The spill store was probed for the pages after the GPU match.
+    restore_checked: bool,
     started: Instant,
     prefill_s: f64,
     first_token: Option<Instant>,
@@ -73,7 +76,7 @@ impl Engine {
         self.check_prompt(prompt)?;
         let started = Instant::now();
         let reused = self.cache.adopt(seq, prompt);
-        if let Err(e) = self.cache.reserve(seq, prompt.len()) {
+        if let Err(e) = self.reserve(seq, prompt.len()) {
             self.cache.commit(seq);
             return Err(e.into());
         }
@@ -88,6 +91,8 @@ impl Engine {
             stops: StopMatcher::new(params.stop.clone()),
             out: Vec::new(),
             reused,
+            restored: 0,
+            restore_checked: false,
             started,
             prefill_s: 0.0,
             first_token: None,
@@ -161,6 +166,17 @@ impl Engine {
     }
 
     async fn step_inner(&mut self, req: &mut Request) -> Result<Step, EngineError> {
+        // Restore: the pages after the GPU match, from the spill store, as the first step.
+        if !req.restore_checked {
+            req.restore_checked = true;
+            if let Some(spill) = &mut self.spill {
+                req.restored = spill.restore(&self.gpu, self.cache.root_hash(), &mut req.seq, &req.prompt).await;
+                if req.restored > 0 {
+                    self.gpu.check()?;
+                    return Ok(Step::Prefill { done: req.seq.len(), total: req.prompt.len() });
+                }
+            }
+        }
         // Prefill: one batch of the prompt per step.
         let pos = req.seq.len();
         if pos < req.prompt.len() {
@@ -207,7 +223,7 @@ impl Engine {
             Some(FinishReason::Stop)
         } else if req.out.len() >= req.params.max_tokens {
             Some(FinishReason::Length)
-        } else if next_len > self.max_context || self.cache.reserve(&mut req.seq, next_len).is_err() {
+        } else if next_len > self.max_context || self.reserve(&mut req.seq, next_len).is_err() {
             Some(FinishReason::ContextFull)
         } else {
             req.unfed = Some(token);
@@ -229,13 +245,14 @@ impl Engine {
     }
 
     fn generation(&self, req: &Request) -> Generation {
-        let prefilled = req.prompt_done().saturating_sub(req.reused);
+        let prefilled = req.prompt_done().saturating_sub(req.reused + req.restored);
         let prefill_s = if req.prefill_s > 0.0 { req.prefill_s } else { req.started.elapsed().as_secs_f64() };
         let decode_s = req.first_token.map_or(0.0, |t| t.elapsed().as_secs_f64());
         Generation {
             stats: GenerationStats {
                 prompt_tokens: req.prompt.len(),
                 reused_tokens: req.reused,
+                restored_tokens: req.restored,
                 prefilled_tokens: prefilled,
                 generated_tokens: req.out.len(),
                 ttft_ms: req.ttft_s.unwrap_or(prefill_s) * 1e3,

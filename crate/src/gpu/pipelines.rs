@@ -13,6 +13,7 @@ pub enum OpKind {
     Matmul,
     Rope,
     KvStore,
+    KvQuant,
     AttentionPaged,
     SiluMul,
     Argmax,

@@ -41,14 +41,20 @@ async fn read_bytes(gpu: &Gpu, buf: &wgpu::Buffer, offset: u64, len: u64) -> Res
     let mut enc = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("readback") });
     enc.copy_buffer_to_buffer(buf, offset, &staging, 0, len);
     gpu.queue.submit([enc.finish()]);
+    map_read(&staging, len).await
+}
+
+/// The first `len` bytes of a `MAP_READ` buffer once the GPU has written it (the copy into it
+/// must be submitted already); the buffer is unmapped again, ready for reuse.
+pub async fn map_read(staging: &wgpu::Buffer, len: u64) -> Result<Vec<u8>, GpuError> {
     let (tx, rx) = futures_channel::oneshot::channel();
-    staging.map_async(wgpu::MapMode::Read, .., move |r| {
+    staging.map_async(wgpu::MapMode::Read, ..len, move |r| {
         let _ = tx.send(r);
     });
     rx.await
         .map_err(|_| GpuError::Readback("device dropped the map callback".into()))?
         .map_err(|e| GpuError::Readback(e.to_string()))?;
-    let bytes = staging.get_mapped_range(..).map_err(|e| GpuError::Readback(e.to_string()))?.to_vec();
+    let bytes = staging.get_mapped_range(..len).map_err(|e| GpuError::Readback(e.to_string()))?.to_vec();
     staging.unmap();
     Ok(bytes)
 }

@@ -8,7 +8,7 @@
 
 use super::alloc::PageAllocator;
 use super::hash::PageHash;
-use super::radix::{NodeId, RadixStats, RadixTree};
+use super::radix::{CachedPage, NodeId, RadixStats, RadixTree};
 
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum CacheError {
@@ -116,22 +116,28 @@ impl PrefixCache {
     }
 
     /// Makes `seq`'s pages cover `len` tokens, evicting least-recently-used cached prefixes if
-    /// the pool is short. Nothing changes when even eviction cannot make room.
-    pub fn reserve(&mut self, seq: &mut Sequence, len: usize) -> Result<(), CacheError> {
+    /// the pool is short, and returns the evicted pages (already free: their data must be read
+    /// by GPU work submitted before any that writes their new owner). Nothing changes when even
+    /// eviction cannot make room.
+    pub fn reserve(&mut self, seq: &mut Sequence, len: usize) -> Result<Vec<CachedPage<u32>>, CacheError> {
         let need = len.div_ceil(self.page_size).saturating_sub(seq.pages.len());
         if need == 0 {
-            return Ok(());
+            return Ok(Vec::new());
         }
+        if self.alloc.n_free() + self.tree.evictable_pages() < need {
+            return Err(CacheError::Full {
+                needed_tokens: len,
+                capacity_tokens: (seq.pages.len() + self.alloc.n_free() + self.tree.evictable_pages()) * self.page_size,
+            });
+        }
+        let mut evicted = Vec::new();
         if self.alloc.n_free() < need {
-            let evicted = self.tree.evict(need - self.alloc.n_free());
-            self.free(&evicted);
+            evicted = self.tree.evict_pages(need - self.alloc.n_free());
+            self.free(&evicted.iter().map(|c| c.page).collect::<Vec<_>>());
         }
-        let pages = self.alloc.alloc(need).ok_or(CacheError::Full {
-            needed_tokens: len,
-            capacity_tokens: (seq.pages.len() + self.alloc.n_free() + self.tree.evictable_pages()) * self.page_size,
-        })?;
+        let pages = self.alloc.alloc(need).ok_or(CacheError::Full { needed_tokens: len, capacity_tokens: self.capacity_tokens() })?;
         seq.pages.extend(pages);
-        Ok(())
+        Ok(evicted)
     }
 
     /// Hands `seq`'s full pages to the tree so later requests can reuse them. Pages the tree
@@ -183,10 +189,22 @@ impl PrefixCache {
         m.n_tokens > 0 && self.tree.unpin(m.node).is_ok()
     }
 
-    /// Evicts every cached prefix no running sequence holds, pinned ones included.
-    pub fn clear(&mut self) {
-        let pages = self.tree.clear();
-        self.free(&pages);
+    /// Evicts every cached prefix no running sequence holds, pinned ones included, and returns
+    /// the evicted pages (already free, as from [`reserve`](Self::reserve)).
+    pub fn clear(&mut self) -> Vec<CachedPage<u32>> {
+        let evicted = self.tree.clear_pages();
+        self.free(&evicted.iter().map(|c| c.page).collect::<Vec<_>>());
+        evicted
+    }
+
+    /// Cached pages whose hash passes `want` (for writing them ahead to the spill tier).
+    pub fn cached_pages_where(&self, want: impl Fn(PageHash) -> bool) -> Vec<CachedPage<u32>> {
+        self.tree.cached_pages_where(want)
+    }
+
+    /// The hash chains start from (the model fingerprint).
+    pub fn root_hash(&self) -> PageHash {
+        self.tree.root_hash()
     }
 
     pub fn stats(&self) -> CacheStats {

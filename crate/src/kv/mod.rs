@@ -7,8 +7,9 @@ pub mod cache;
 pub mod hash;
 pub mod pool;
 pub mod radix;
+pub mod spill;
 
 pub use alloc::{AllocError, PageAllocator};
 pub use cache::{CacheError, CacheStats, PrefixCache, Sequence};
 pub use hash::{chain, chain_pages, PageHash};
-pub use radix::{InsertResult, NodeId, PrefixMatch, RadixError, RadixStats, RadixTree};
+pub use radix::{CachedPage, InsertResult, NodeId, PrefixMatch, RadixError, RadixStats, RadixTree};

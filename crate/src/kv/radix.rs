@@ -69,6 +69,18 @@ pub struct InsertResult<P> {
     pub duplicates: Vec<P>,
 }
 
+/// A cached page with what names it: handed out by eviction (so the page can be spilled before
+/// it is reused) and by [`RadixTree::cached_pages_where`] (so it can be written ahead).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CachedPage<P> {
+    pub page: P,
+    /// The page's `page_size` tokens.
+    pub tokens: Vec<u32>,
+    pub hash: PageHash,
+    /// The hash of the page before it (the root hash for a first page).
+    pub parent: PageHash,
+}
+
 /// Page counts over the whole tree. A page both locked and pinned counts in both
 /// `locked_pages` and `pinned_pages`; every cached page is evictable or protected by one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -284,19 +296,47 @@ impl<P: Copy + Eq + Hash + Debug> RadixTree<P> {
     /// Removes least-recently-used unprotected leaves, whole, until at least `n_pages` pages
     /// are freed or nothing more is evictable; returns their pages for the caller to free.
     pub fn evict(&mut self, n_pages: usize) -> Vec<P> {
+        self.evict_pages(n_pages).into_iter().map(|c| c.page).collect()
+    }
+
+    /// [`evict`](Self::evict), returning each page with its tokens and hashes.
+    pub fn evict_pages(&mut self, n_pages: usize) -> Vec<CachedPage<P>> {
         let mut freed = Vec::new();
         while freed.len() < n_pages {
             let Some((_, leaf)) = self.evictable_leaves.pop_first() else {
                 break;
             };
-            freed.extend(self.remove_leaf(leaf));
+            let parent = self.parent_hash(leaf);
+            let node = self.remove_leaf(leaf);
+            freed.extend(Self::described(node, parent, self.page_size));
         }
         freed
+    }
+
+    /// Every cached page whose hash passes `want`, with its tokens and hashes.
+    pub fn cached_pages_where(&self, want: impl Fn(PageHash) -> bool) -> Vec<CachedPage<P>> {
+        let mut out = Vec::new();
+        for (id, node) in self.live_nodes() {
+            let mut parent = self.parent_hash(id);
+            for (i, (&hash, page)) in node.hashes.iter().zip(&node.pages).enumerate() {
+                if want(hash) {
+                    let tokens = node.tokens[i * self.page_size..(i + 1) * self.page_size].to_vec();
+                    out.push(CachedPage { page: *page, tokens, hash, parent });
+                }
+                parent = hash;
+            }
+        }
+        out
     }
 
     /// Drops every pin, then evicts everything not locked; returns the pages for the caller to
     /// free. Ids of removed nodes become stale.
     pub fn clear(&mut self) -> Vec<P> {
+        self.clear_pages().into_iter().map(|c| c.page).collect()
+    }
+
+    /// [`clear`](Self::clear), returning each page with its tokens and hashes.
+    pub fn clear_pages(&mut self) -> Vec<CachedPage<P>> {
         let pinned: Vec<(NodeId, u32)> = self
             .live_nodes()
             .filter(|(_, node)| node.own_pins > 0)
@@ -306,7 +346,7 @@ impl<P: Copy + Eq + Hash + Debug> RadixTree<P> {
             self.node_mut(id).own_pins = 0;
             self.update_path(id, |n| n.pin_refs -= pins);
         }
-        self.evict(usize::MAX)
+        self.evict_pages(usize::MAX)
     }
 
     /// Pages `evict(usize::MAX)` would free now.
@@ -464,8 +504,27 @@ impl<P: Copy + Eq + Hash + Debug> RadixTree<P> {
         }
     }
 
-    /// Unlinks an evictable leaf (already out of `evictable_leaves`) and returns its pages.
-    fn remove_leaf(&mut self, id: NodeId) -> Vec<P> {
+    /// The hash of the page before `id`'s first page.
+    fn parent_hash(&self, id: NodeId) -> PageHash {
+        let parent = self.node(id).parent;
+        parent.and_then(|p| self.node(p).hashes.last().copied()).unwrap_or(self.root_hash)
+    }
+
+    fn described(node: Node<P>, parent: PageHash, page_size: usize) -> Vec<CachedPage<P>> {
+        let mut previous = parent;
+        node.pages
+            .into_iter()
+            .zip(node.hashes)
+            .zip(node.tokens.chunks_exact(page_size))
+            .map(|((page, hash), tokens)| {
+                let parent = std::mem::replace(&mut previous, hash);
+                CachedPage { page, tokens: tokens.to_vec(), hash, parent }
+            })
+            .collect()
+    }
+
+    /// Unlinks an evictable leaf (already out of `evictable_leaves`) and returns it.
+    fn remove_leaf(&mut self, id: NodeId) -> Node<P> {
         let slot = &mut self.slots[id.index as usize];
         let node = slot.node.take().expect("evictable leaf is live");
         slot.generation += 1;
@@ -475,7 +534,7 @@ impl<P: Copy + Eq + Hash + Debug> RadixTree<P> {
         self.cached_pages -= node.pages.len();
         self.evictable_pages -= node.pages.len();
         self.refresh_evictable(parent);
-        node.pages
+        node
     }
 
     /// Applies a hold-count change to `id` and each ancestor, keeping the evictable page count

@@ -48,3 +48,110 @@ pub fn rel_err(got: &[f32], want: &[f32]) -> f32 {
     let den: f32 = want.iter().map(|b| b * b).sum();
     (num / den).sqrt()
 }
+
+/// How the GPU's spill quantization of some pages compared with the CPU reference.
+#[derive(Debug)]
+pub struct QuantCheck {
+    /// Largest round-trip error over its bound (`QuantLayout::error_bound`); ≤ 1 passes.
+    pub worst_error_over_bound: f32,
+    /// Relative L2 error of the round trip over all values.
+    pub rel_err: f32,
+    /// Values whose GPU level differs from the CPU reference's (by one level at most).
+    pub levels_off_by_one: usize,
+    pub values: usize,
+}
+
+/// Quantizes the pages `batch` of each slice (one pool buffer each: `page_values` f16 values
+/// per page) on the GPU, checks the words against the CPU reference, dequantizes them on the
+/// GPU into other pages and checks those against the CPU decoding of the same words.
+pub fn check_kv_quant(gpu: &radixlm::gpu::Gpu, layout: radixlm::kv::spill::QuantLayout, page_values: usize, slices: &[Vec<f32>], batch: &[u32]) -> QuantCheck {
+    use radixlm::gpu::executor::block_on;
+    use radixlm::gpu::ops::{KvQuant, SpillParams};
+    use radixlm::gpu::readback::read_u32;
+    let n_pool = slices[0].len() / page_values;
+    let n_lk = slices.len();
+    let op = KvQuant::new(gpu, layout, page_values, n_lk);
+    let words_per_page = layout.bytes_for(page_values) / 4;
+    let packed = gpu.storage("packed", (batch.len() * n_lk * words_per_page * 4) as u64);
+    let mut list = vec![batch.len() as u32];
+    list.extend_from_slice(batch);
+    let batch_buf = gpu.upload("batch", bytemuck::cast_slice(&list));
+    let f16_pairs = |v: &[f32]| -> Vec<u32> {
+        v.chunks(2).map(|p| u32::from(half::f16::from_f32(p[0]).to_bits()) | (u32::from(half::f16::from_f32(p[1]).to_bits()) << 16)).collect()
+    };
+    let pools: Vec<wgpu::Buffer> = slices.iter().map(|s| gpu.upload("pool", bytemuck::cast_slice(&f16_pairs(s)))).collect();
+    let params: Vec<wgpu::Buffer> = (0..n_lk).map(|lk| gpu.uniform("params", &SpillParams { lk: lk as u32, _pad: [0; 3] })).collect();
+    let bindings: Vec<_> = (0..n_lk).map(|lk| op.bind(gpu, &params[lk], &batch_buf, &pools[lk], &packed)).collect();
+    let submit = |dequant: bool| {
+        let mut enc = gpu.device.create_command_encoder(&Default::default());
+        {
+            let mut pass = enc.begin_compute_pass(&Default::default());
+            for b in &bindings {
+                if dequant {
+                    op.encode_dequantize(&mut pass, b, batch.len() as u32);
+                } else {
+                    op.encode_quantize(&mut pass, b, batch.len() as u32);
+                }
+            }
+        }
+        gpu.queue.submit([enc.finish()]);
+    };
+    submit(false);
+    let gpu_words = block_on(gpu, read_u32(gpu, &packed, 0, (batch.len() * n_lk * words_per_page) as u64)).unwrap();
+    let mut check = QuantCheck { worst_error_over_bound: 0.0, rel_err: 0.0, levels_off_by_one: 0, values: 0 };
+    let (mut err2, mut ref2) = (0f64, 0f64);
+    let bits = layout.format.bits();
+    for (j, &page) in batch.iter().enumerate() {
+        for (lk, slice) in slices.iter().enumerate() {
+            let x = &slice[page as usize * page_values..][..page_values];
+            let x: Vec<f32> = x.iter().map(|&v| half::f16::from_f32(v).to_f32()).collect();
+            let got = &gpu_words[(j * n_lk + lk) * words_per_page..][..words_per_page];
+            let want = layout.quantize(&x);
+            let wpg = layout.words_per_group();
+            for (g, (gw, ww)) in got.chunks(wpg).zip(want.chunks(wpg)).enumerate() {
+                assert_eq!(gw[0], ww[0], "page {page} slice {lk} group {g}: f16 step and minimum");
+                for (w, (a, b)) in gw[1..].iter().zip(&ww[1..]).enumerate() {
+                    for i in 0..32 / bits {
+                        let (qa, qb) = ((a >> (i * bits)) & ((1 << bits) - 1), (b >> (i * bits)) & ((1 << bits) - 1));
+                        assert!(qa.abs_diff(qb) <= 1, "page {page} slice {lk} group {g} word {w} value {i}: level {qa}, reference {qb}");
+                        check.levels_off_by_one += usize::from(qa != qb);
+                    }
+                }
+            }
+            let y = layout.dequantize(got);
+            for (gx, gy) in x.chunks(layout.group).zip(y.chunks(layout.group)) {
+                let (lo, hi) = gx.iter().fold((f32::MAX, f32::MIN), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+                let bound = layout.error_bound(lo, hi);
+                for (a, b) in gx.iter().zip(gy) {
+                    check.worst_error_over_bound = check.worst_error_over_bound.max((a - b).abs() / bound);
+                    err2 += f64::from(a - b).powi(2);
+                    ref2 += f64::from(*a).powi(2);
+                }
+            }
+            check.values += x.len();
+        }
+    }
+    check.rel_err = (err2 / ref2.max(1e-30)).sqrt() as f32;
+    // Decode into the pool's pages again, over values overwritten with zeros first.
+    let zeros = vec![0u32; n_pool * page_values / 2];
+    for pool in &pools {
+        gpu.queue.write_buffer(pool, 0, bytemuck::cast_slice(&zeros));
+    }
+    submit(true);
+    for (lk, pool) in pools.iter().enumerate() {
+        let words = block_on(gpu, read_u32(gpu, pool, 0, (n_pool * page_values / 2) as u64)).unwrap();
+        for (j, &page) in batch.iter().enumerate() {
+            let want = layout.dequantize(&gpu_words[(j * n_lk + lk) * words_per_page..][..words_per_page]);
+            let got = &words[page as usize * page_values / 2..][..page_values / 2];
+            for (i, w) in got.iter().enumerate() {
+                let pair = [*w as u16, (*w >> 16) as u16].map(|x| half::f16::from_bits(x).to_f32());
+                for (h, v) in pair.iter().enumerate() {
+                    let e = want[2 * i + h];
+                    let ulp = half::f16::from_f32(e.abs().max(6.2e-5)).to_f32() * 2f32.powi(-10);
+                    assert!((v - e).abs() <= ulp, "dequantize page {page} slice {lk} value {}: got {v} want {e}", 2 * i + h);
+                }
+            }
+        }
+    }
+    check
+}

@@ -6,6 +6,7 @@
 pub mod argmax;
 pub mod attention_paged;
 pub mod embed;
+pub mod kv_quant;
 pub mod kv_store;
 pub mod matmul;
 pub mod rmsnorm;
@@ -15,6 +16,7 @@ pub mod silu_mul;
 pub use argmax::{Argmax, ArgmaxBinding};
 pub use attention_paged::{AttentionPaged, AttentionPagedBinding};
 pub use embed::{Embed, EmbedBinding};
+pub use kv_quant::{KvQuant, KvQuantBinding, SpillParams};
 pub use kv_store::{KvStore, KvStoreBinding};
 pub use matmul::{Matmul, MatmulBinding};
 pub use rmsnorm::{RmsNorm, RmsNormBinding};
@@ -43,6 +45,7 @@ pub const KERNELS: &[(&str, &Kernel)] = &[
     ("argmax.wgsl", &argmax::KERNEL),
     ("attention_paged.wgsl", &attention_paged::KERNEL),
     ("embed.wgsl", &embed::KERNEL),
+    ("kv_quant.wgsl", &kv_quant::KERNEL),
     ("kv_store.wgsl", &kv_store::KERNEL),
     ("matmul.wgsl", &matmul::KERNEL),
     ("rmsnorm.wgsl", &rmsnorm::KERNEL),
