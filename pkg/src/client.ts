@@ -41,6 +41,9 @@ export async function createEngine(options: EngineOptions): Promise<Engine> {
   const { source, options: loader, transfer } = checkEngineOptions(options);
   // Fail here, fast, rather than after starting the worker and the wasm.
   if (!navigator.gpu) throw new WebGPUUnavailableError();
+  // Spilled pages should outlive storage pressure; only a window may ask (workers cannot), and a
+  // refusal only means the browser may evict them, so the answer is not awaited.
+  if (loader.spill !== "off") void navigator.storage?.persist?.().catch(() => false);
   const link = new WorkerLink(new Worker(new URL("./worker.js", import.meta.url), { type: "module" }));
   try {
     const { result } = link.start("load", { source, options: loader }, { onProgress: options.onProgress }, transfer);
@@ -261,7 +264,7 @@ function usage(g: Generation): Usage {
     prompt_tokens: g.usage.prompt_tokens,
     completion_tokens: g.usage.completion_tokens,
     total_tokens: g.usage.prompt_tokens + g.usage.completion_tokens,
-    prompt_tokens_details: { cached_tokens: g.usage.cached_tokens },
+    prompt_tokens_details: { cached_tokens: g.usage.cached_tokens, restored_tokens: g.usage.restored_tokens },
   };
 }
 

@@ -9,7 +9,7 @@ export interface DoneEvent {
   finish_reason: "stop" | "length" | "context_full" | "abort";
   text: string;
   tokens: number[];
-  usage: { prompt_tokens: number; completion_tokens: number; cached_tokens: number };
+  usage: { prompt_tokens: number; completion_tokens: number; cached_tokens: number; restored_tokens: number };
   stats: GenerationStats;
 }
 
@@ -79,6 +79,18 @@ interface WasmCacheStats {
   nodes: number;
   tokens_reused: number;
   requests: number;
+  spill: {
+    format: "q8" | "q4";
+    bytes_per_page: number;
+    store: { records: number; bytes: number; budget_bytes: number };
+    pending_pages: number;
+    records_written: number;
+    tokens_restored: number;
+    records_rejected: number;
+    store_errors: number;
+    last_store_error: string | null;
+  } | null;
+  spill_note: string | null;
 }
 
 /** WasmEngine.stats() as the public CacheStats. */
@@ -95,5 +107,19 @@ export function cacheStats(json: string): CacheStats {
     nodes: s.nodes,
     tokensReused: s.tokens_reused,
     requests: s.requests,
+    spill: s.spill && {
+      format: s.spill.format,
+      bytesPerPage: s.spill.bytes_per_page,
+      records: s.spill.store.records,
+      bytes: s.spill.store.bytes,
+      budgetBytes: s.spill.store.budget_bytes,
+      pendingPages: s.spill.pending_pages,
+      recordsWritten: s.spill.records_written,
+      tokensRestored: s.spill.tokens_restored,
+      recordsRejected: s.spill.records_rejected,
+      storeErrors: s.spill.store_errors,
+      lastStoreError: s.spill.last_store_error,
+    },
+    spillNote: s.spill_note,
   };
 }

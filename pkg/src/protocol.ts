@@ -39,6 +39,8 @@ export interface LoaderOptions {
   kv_budget_bytes: number;
   max_batch: number;
   max_context?: number;
+  spill: "q8" | "q4" | "off";
+  spill_budget_bytes: number;
 }
 
 /** A finished generation; the page shapes it into an OpenAI response. */
@@ -46,7 +48,7 @@ export interface Generation {
   text: string;
   tokens: number[];
   finishReason: "stop" | "length";
-  usage: { prompt_tokens: number; completion_tokens: number; cached_tokens: number };
+  usage: { prompt_tokens: number; completion_tokens: number; cached_tokens: number; restored_tokens: number };
   stats: GenerationStats;
 }
 

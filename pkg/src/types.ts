@@ -21,6 +21,17 @@ export interface EngineOptions {
    * takes it from disk. Default true. With false the cache is neither read nor written.
    */
   cacheModel?: boolean;
+  /**
+   * How KV pages are kept outside the GPU, in IndexedDB ("radixlm-spill"), so a cached prefix
+   * survives eviction and page reloads: "q8" (8-bit, the default), "q4" (4-bit, half the bytes,
+   * small drift in long replies) or "off".
+   */
+  spill?: "q8" | "q4" | "off";
+  /**
+   * Bytes IndexedDB may hold for spilled pages (least recently used go first). Default 512 MiB,
+   * and never more than half of what `navigator.storage.estimate()` says the origin may use.
+   */
+  spillBudgetBytes?: number;
 }
 
 /** One stage of loading a model. */
@@ -111,16 +122,20 @@ export interface Usage {
   completion_tokens: number;
   total_tokens: number;
   prompt_tokens_details: {
-    /** Prompt tokens whose KV came from the prefix cache instead of being computed. */
+    /** Prompt tokens whose KV was still on the GPU (the prefix cache) instead of being computed. */
     cached_tokens: number;
+    /** Prompt tokens whose KV came back from IndexedDB (the spill tier) instead of being computed. */
+    restored_tokens: number;
   };
 }
 
 /** radixlm's timing of one request. */
 export interface GenerationStats {
   prompt_tokens: number;
-  /** Prompt tokens reused from the prefix cache. */
+  /** Prompt tokens reused from the prefix cache on the GPU. */
   reused_tokens: number;
+  /** Prompt tokens restored from the spill tier (IndexedDB). */
+  restored_tokens: number;
   /** Prompt tokens computed by this request. */
   prefilled_tokens: number;
   generated_tokens: number;
@@ -206,6 +221,30 @@ export interface CacheStats {
   tokensReused: number;
   /** Requests run so far. */
   requests: number;
+  /** The spill tier (IndexedDB), or null when it is off or unavailable (`spillNote` says why). */
+  spill: SpillStats | null;
+  /** Why the spill tier is off although it was asked for (no IndexedDB, an unsupported head size). */
+  spillNote: string | null;
+}
+
+/** The spill tier: quantized KV pages in IndexedDB. */
+export interface SpillStats {
+  format: "q8" | "q4";
+  /** Bytes one stored page takes (all layers, K and V). */
+  bytesPerPage: number;
+  /** Pages stored for any model of this origin, and their bytes. */
+  records: number;
+  bytes: number;
+  budgetBytes: number;
+  /** Pages quantized on the GPU on their way to IndexedDB. */
+  pendingPages: number;
+  recordsWritten: number;
+  tokensRestored: number;
+  /** Records that failed verification; each was deleted and missed. */
+  recordsRejected: number;
+  /** IndexedDB operations that failed (a full quota, ...); none fails a request. */
+  storeErrors: number;
+  lastStoreError: string | null;
 }
 
 /** `engine.chat.completions`. */
@@ -228,7 +267,7 @@ export interface Completions {
   create(request: CompletionRequest): Promise<Completion | AsyncIterable<CompletionChunk>>;
 }
 
-/** `engine.cache`: the GPU prefix cache. */
+/** `engine.cache`: the prefix cache, on the GPU and spilled to IndexedDB. */
 export interface EngineCache {
   /**
    * Keeps a prefix (messages as the chat template renders them, without opening the assistant
@@ -240,7 +279,7 @@ export interface EngineCache {
   unpin(prefix: ChatMessage[] | string): Promise<boolean>;
   /** The cache's state (answered between engine steps, even while a request runs). */
   stats(): Promise<CacheStats>;
-  /** Drops every cached prefix not in use, pinned ones too. */
+  /** Empties both tiers: every cached prefix not in use on the GPU, pinned ones too, and this model's pages in IndexedDB. */
   clear(): Promise<void>;
 }
 

@@ -84,6 +84,15 @@ export interface LoadParams {
   transfer: Transferable[];
 }
 
+/** IndexedDB bytes for spilled KV pages unless the options say otherwise. */
+const DEFAULT_SPILL_BUDGET = 512 * 2 ** 20;
+
+function spillFormat(value: unknown): "q8" | "q4" | "off" {
+  if (value === undefined) return "q8";
+  if (value === "q8" || value === "q4" || value === "off") return value;
+  throw invalid("spill", '"q8", "q4" or "off"', value);
+}
+
 /** Checks the options and resolves a URL against the page. */
 export function checkEngineOptions(options: EngineOptions): LoadParams {
   if (!isObject(options)) throw invalid("options", "an object", options);
@@ -92,6 +101,8 @@ export function checkEngineOptions(options: EngineOptions): LoadParams {
     kv_budget_bytes: number("kvBudgetBytes", options.kvBudgetBytes, "a positive integer", positiveInteger) ?? 256 << 20,
     max_batch: number("maxBatch", options.maxBatch, "a positive integer", positiveInteger) ?? 256,
     max_context: number("maxContext", options.maxContext, "a positive integer", positiveInteger),
+    spill: spillFormat(options.spill),
+    spill_budget_bytes: number("spillBudgetBytes", options.spillBudgetBytes, "a non-negative integer", (n) => Number.isInteger(n) && n >= 0) ?? DEFAULT_SPILL_BUDGET,
   };
   if (options.onProgress !== undefined && typeof options.onProgress !== "function") {
     throw invalid("onProgress", "a function", options.onProgress);

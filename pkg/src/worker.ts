@@ -19,7 +19,7 @@ import {
 import type { AbortCounts } from "./errors.js";
 import { modelSource, openModel } from "./model_source.js";
 import type { ModelBytes, ModelSource } from "./model_source.js";
-import type { Call, CallKind, FromWorker, Generation, ToWorker } from "./protocol.js";
+import type { Call, CallKind, FromWorker, Generation, LoaderOptions, ToWorker } from "./protocol.js";
 import type { LoadProgress, ModelInfo } from "./types.js";
 import init, { WasmLoader, wasm_memory_bytes } from "./wasm/radixlm.js";
 import type { WasmEngine } from "./wasm/radixlm.js";
@@ -92,6 +92,14 @@ async function upload(model: ModelBytes, options: string, report: (progress: Loa
   }
 }
 
+/** The options with the spill budget capped at half of what the origin may store. */
+async function withinQuota(options: LoaderOptions): Promise<LoaderOptions> {
+  if (options.spill === "off") return options;
+  const estimate = await navigator.storage?.estimate?.().catch(() => undefined);
+  const quota = estimate?.quota;
+  return quota === undefined ? options : { ...options, spill_budget_bytes: Math.min(options.spill_budget_bytes, Math.floor(quota / 2)) };
+}
+
 /** How far a request's prompt got: the last prefill event's count, and whether tokens flow. */
 interface PromptProgress {
   /** Prompt tokens with KV after the last prefill step, the reused prefix included. */
@@ -134,6 +142,8 @@ class Driver {
   private readonly deferred: Call<"stats" | "destroyDevice">[] = [];
   /** The wasm module died (a panic); nothing runs any more. */
   private crashed = false;
+  /** The GPU holds cached pages IndexedDB may lack: written behind once the queue is empty. */
+  private unsaved = false;
 
   receive(message: ToWorker): void {
     if (this.crashed) return;
@@ -225,9 +235,27 @@ class Driver {
       } catch (error) {
         this.fail(job.call.id, error);
       }
+      if (job.call.kind === "generate" || job.call.kind === "pin") this.unsaved = true;
+      if (this.unsaved && this.queue.length === 0) await this.writeBehind();
     }
     this.current = undefined;
     this.pumping = false;
+  }
+
+  /**
+   * Writes the new cached pages to IndexedDB, after the reply went out and only when no call
+   * waits: a request never waits for its own pages, at most for one write-behind before it.
+   */
+  private async writeBehind(): Promise<void> {
+    const engine = this.engine;
+    this.unsaved = false;
+    if (!engine || engine.is_device_lost()) return;
+    try {
+      await this.exclusive(() => engine.write_behind());
+    } catch (error) {
+      // Store failures are counted in the cache stats; a lost device is the next call's to handle.
+      if (error instanceof WebAssembly.RuntimeError) this.crash(error);
+    }
   }
 
   private run(job: Job): Promise<unknown> {
@@ -242,7 +270,7 @@ class Driver {
       case "unpin":
         return this.withEngine(job, (engine) => engine.unpin(JSON.stringify(call.prefix)));
       case "clear":
-        return this.withEngine(job, (engine) => engine.clear());
+        return this.withEngine(job, (engine) => this.exclusive(() => engine.clear()));
       case "stats":
         return this.withEngine(job, (engine) => cacheStats(engine.stats()));
       case "destroyDevice":
@@ -263,7 +291,7 @@ class Driver {
         `Could not load radixlm's wasm module from ${wasm.href} (${String(error)}). Serve dist/wasm/ next to dist/worker.js, the .wasm file as application/wasm.`,
       );
     }
-    this.model = { source: modelSource(call.source), options: JSON.stringify(call.options) };
+    this.model = { source: modelSource(call.source), options: JSON.stringify(await withinQuota(call.options)) };
     this.engine = await buildEngine(this.model.source, this.model.options, (progress) =>
       this.post({ kind: "progress", id: call.id, progress }),
     );

@@ -16,6 +16,8 @@ use wasm_bindgen::JsCast;
 use crate::engine::sampling::SamplingParams;
 use crate::engine::{Engine, EngineError, EngineOptions, FinishReason, Generation, ModelLoader, Request, Step};
 use crate::gpu::context::{Gpu, GpuError, LimitsPolicy};
+use crate::kv::spill::idb_store::IdbStore;
+use crate::kv::spill::SpillFormat;
 use crate::kv::Sequence;
 use crate::tokenizer::Message;
 
@@ -78,6 +80,9 @@ struct LoadOptions {
     kv_budget_bytes: Option<f64>,
     max_batch: Option<usize>,
     max_context: Option<usize>,
+    /// "q8" (the default), "q4" or "off".
+    spill: Option<String>,
+    spill_budget_bytes: Option<f64>,
 }
 
 impl LoadOptions {
@@ -96,6 +101,18 @@ impl LoadOptions {
             opts.max_batch = b;
         }
         opts.max_context = self.max_context;
+        opts.spill = match self.spill.as_deref() {
+            None | Some("q8") => Some(SpillFormat::Q8),
+            Some("q4") => Some(SpillFormat::Q4),
+            Some("off") => None,
+            Some(other) => return Err(invalid(format!("spill must be \"q8\", \"q4\" or \"off\", got {other:?}"))),
+        };
+        if let Some(b) = self.spill_budget_bytes {
+            if !(b.is_finite() && b >= 0.0) {
+                return Err(invalid(format!("spillBudgetBytes must be a number of bytes, got {b}")));
+            }
+            opts.spill_budget_bytes = b as u64;
+        }
         Ok(opts)
     }
 }
@@ -104,6 +121,8 @@ impl LoadOptions {
 #[wasm_bindgen]
 pub struct WasmLoader {
     inner: Option<ModelLoader>,
+    /// The spill store's budget, when spilling is on.
+    spill_budget: Option<u64>,
 }
 
 #[wasm_bindgen]
@@ -119,7 +138,8 @@ impl WasmLoader {
             e => js_error(&e.into(), Phase::Load),
         })?;
         let file_len = total_bytes.filter(|n| n.is_finite() && *n >= 0.0).map(|n| n as u64);
-        Ok(WasmLoader { inner: Some(ModelLoader::new(Arc::new(gpu), opts, file_len)) })
+        let spill_budget = opts.spill.map(|_| opts.spill_budget_bytes);
+        Ok(WasmLoader { inner: Some(ModelLoader::new(Arc::new(gpu), opts, file_len)), spill_budget })
     }
 
     /// The next bytes of the file.
@@ -135,9 +155,23 @@ impl WasmLoader {
     /// After the last chunk: resolves to a `WasmEngine`.
     pub fn finish(&mut self) -> Result<js_sys::Promise, JsValue> {
         let loader = self.inner.take().ok_or_else(|| named_error("InternalError", "the loader has finished"))?;
+        let spill_budget = self.spill_budget;
         Ok(wasm_bindgen_futures::future_to_promise(async move {
-            let engine = loader.finish().await.map_err(|e| js_error(&e, Phase::Load))?;
-            Ok(WasmEngine::new(engine).into())
+            let mut engine = loader.finish().await.map_err(|e| js_error(&e, Phase::Load))?;
+            // Without IndexedDB (a private window, a blocked origin) the engine runs with its
+            // GPU tier only; `stats()` says why.
+            let mut spill_note = None;
+            if let Some(budget) = spill_budget {
+                match IdbStore::open(budget).await {
+                    Ok(store) => {
+                        if !engine.attach_spill_store(Box::new(store)).await {
+                            spill_note = Some("this model's head size has no spill quantization group".to_string());
+                        }
+                    }
+                    Err(e) => spill_note = Some(e.to_string()),
+                }
+            }
+            Ok(WasmEngine::new(engine, spill_note).into())
         }))
     }
 }
@@ -213,6 +247,8 @@ fn parse<T: serde::de::DeserializeOwned>(json: &str, what: &str) -> Result<T, Js
 
 struct State {
     engine: Engine,
+    /// Why spilling is off although it was asked for.
+    spill_note: Option<String>,
     current: Option<Request>,
     /// A "done" event held back while the text it ends is given as a last "token" event.
     pending_done: Option<String>,
@@ -227,8 +263,8 @@ pub struct WasmEngine {
 }
 
 impl WasmEngine {
-    fn new(engine: Engine) -> Self {
-        Self { state: Rc::new(RefCell::new(State { engine, current: None, pending_done: None })) }
+    fn new(engine: Engine, spill_note: Option<String>) -> Self {
+        Self { state: Rc::new(RefCell::new(State { engine, spill_note, current: None, pending_done: None })) }
     }
 
     fn borrow(&self) -> Result<std::cell::RefMut<'_, State>, JsValue> {
@@ -265,6 +301,7 @@ fn done_event(g: &Generation) -> String {
             "prompt_tokens": g.stats.prompt_tokens,
             "completion_tokens": g.stats.generated_tokens,
             "cached_tokens": g.stats.reused_tokens,
+            "restored_tokens": g.stats.restored_tokens,
         },
         "stats": g.stats,
     })
@@ -318,7 +355,7 @@ impl WasmEngine {
             if let Some(done) = st.pending_done.take() {
                 return Ok(done.into());
             }
-            let State { engine, current, pending_done } = &mut *st;
+            let State { engine, current, pending_done, .. } = &mut *st;
             let req = current.as_mut().ok_or_else(|| named_error("InvalidRequestError", "no request is running"))?;
             let step = engine.step(req).await;
             let event = match step {
@@ -368,7 +405,23 @@ impl WasmEngine {
         let mut stats = serde_json::to_value(st.engine.cache_stats()).map_err(|e| named_error("InternalError", &e.to_string()))?;
         stats["requests"] = requests.into();
         stats["tokens_reused"] = tokens_reused.into();
+        stats["spill"] = serde_json::to_value(st.engine.spill_stats()).map_err(|e| named_error("InternalError", &e.to_string()))?;
+        stats["spill_note"] = st.spill_note.clone().into();
         Ok(stats.to_string())
+    }
+
+    /// Writes the cached pages the spill store lacks to IndexedDB; for idle time between
+    /// requests (the worker calls it after each). Resolves when they are stored.
+    pub fn write_behind(&self) -> js_sys::Promise {
+        let state = self.state.clone();
+        wasm_bindgen_futures::future_to_promise(async move {
+            let mut st = state.try_borrow_mut().map_err(|_| busy())?;
+            if st.current.is_some() {
+                return Err(named_error("EngineBusyError", "a request is running; write behind between requests"));
+            }
+            st.engine.write_behind().await;
+            Ok(JsValue::UNDEFINED)
+        })
     }
 
     /// Pins a prefix (prefilling it if not cached); resolves to the pinned token count.
@@ -394,9 +447,15 @@ impl WasmEngine {
         Ok(st.engine.unpin(&tokens))
     }
 
-    pub fn clear(&self) -> Result<(), JsValue> {
-        self.borrow()?.engine.clear_cache();
-        Ok(())
+    /// Empties both tiers: the GPU's cached prefixes and this model's spill records.
+    pub fn clear(&self) -> js_sys::Promise {
+        let state = self.state.clone();
+        wasm_bindgen_futures::future_to_promise(async move {
+            let mut st = state.try_borrow_mut().map_err(|_| busy())?;
+            st.engine.clear_cache();
+            st.engine.clear_spill().await;
+            Ok(JsValue::UNDEFINED)
+        })
     }
 
     /// Test hook: destroys the device, as iOS does to a backgrounded tab.

@@ -10,7 +10,7 @@ export class WasmLoader {
   private constructor();
   /**
    * Opens the WebGPU adapter and device. total_bytes: the file's size if known.
-   * options_json: JSON of { kv_budget_bytes?, max_batch?, max_context? }.
+   * options_json: JSON of { kv_budget_bytes?, max_batch?, max_context?, spill? ("q8" | "q4" | "off"), spill_budget_bytes? }.
    */
   static create(total_bytes: number | undefined, options_json: string): Promise<WasmLoader>;
   /** Feeds the next bytes of the file, in order. Synchronous (queue writes only). */
@@ -35,14 +35,16 @@ export class WasmEngine {
   step(): Promise<string>;
   /** Ends the current request between steps: its "done" event JSON (finish_reason "abort"), or "null". */
   abort(): string;
-  /** JSON CacheStats (snake_case). */
+  /** JSON CacheStats (snake_case), with the spill tier's stats under "spill" (null when off) and "spill_note". */
   stats(): string;
   /** Pins a prefix, JSON { messages } or { text }; resolves to the pinned tokens. */
   pin(json: string): Promise<number>;
   /** Undoes one pin of the same prefix; false if it was not pinned. */
   unpin(json: string): boolean;
-  /** Drops every cached prefix not in use (pinned ones too). */
-  clear(): void;
+  /** Empties both tiers: cached prefixes not in use on the GPU (pinned ones too) and this model's IndexedDB records. */
+  clear(): Promise<void>;
+  /** Writes the cached pages IndexedDB lacks to it; call between requests. */
+  write_behind(): Promise<void>;
   /** Test hook: GPUDevice.destroy() on the engine's device. */
   destroy_device_for_test(): void;
   /** true once the device is lost. */

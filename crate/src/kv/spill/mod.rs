@@ -10,6 +10,8 @@ pub mod quant;
 pub mod record;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod dir_store;
+#[cfg(target_arch = "wasm32")]
+pub mod idb_store;
 
 use async_trait::async_trait;
 

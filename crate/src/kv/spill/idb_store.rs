@@ -1,0 +1,273 @@
+//! The browser's spill store: IndexedDB, per origin. Two object stores under the same keys
+//! (`<fingerprint>:<chain hash>`, hex): `records` holds each record's bytes, `meta` its size and
+//! last use, so opening reads only the small `meta` entries. Every write is one readwrite
+//! transaction over both, so a record and its meta appear together, whole, or not at all; a
+//! read never sees a transaction that has not committed.
+//!
+//! Requests of a transaction are all issued before the first is awaited: IndexedDB commits a
+//! transaction that has nothing pending when control returns to the event loop.
+
+use std::collections::{BTreeSet, HashMap};
+
+use async_trait::async_trait;
+use idb::{Database, DatabaseEvent, Factory, ObjectStoreParams, Transaction, TransactionMode, TransactionResult};
+use js_sys::{Array, Uint8Array};
+use wasm_bindgen::{JsCast, JsValue};
+
+use super::{RecordKey, SpillStore, StoreError, StoreStats};
+
+const DB_NAME: &str = "radixlm-spill";
+const DB_VERSION: u32 = 1;
+const RECORDS: &str = "records";
+const META: &str = "meta";
+
+struct Entry {
+    bytes: u64,
+    used: f64,
+}
+
+pub struct IdbStore {
+    db: Database,
+    budget: u64,
+    index: HashMap<RecordKey, Entry>,
+    /// (last use in ms since the epoch, as ordered bits, key), oldest first.
+    lru: BTreeSet<(u64, RecordKey)>,
+    total: u64,
+}
+
+fn io(what: &str, e: impl std::fmt::Display) -> StoreError {
+    StoreError::Io(format!("IndexedDB {what}: {e}"))
+}
+
+/// A failed write, as a quota error when the origin's storage quota is its cause.
+fn write_error(e: impl std::fmt::Display) -> StoreError {
+    let text = e.to_string();
+    if text.contains("Quota") {
+        StoreError::Quota(text)
+    } else {
+        io("write", text)
+    }
+}
+
+/// Commits `tx` and waits for it. An aborted transaction (a full quota aborts one at commit)
+/// is an error naming the cause `probe` (another handle on the same transaction) reports.
+async fn commit(tx: Transaction, probe: Transaction) -> Result<(), StoreError> {
+    match tx.commit().map_err(write_error)?.await.map_err(write_error)? {
+        TransactionResult::Committed => Ok(()),
+        TransactionResult::Aborted => Err(write_error(
+            probe.error().map_or_else(|| "transaction aborted".to_string(), |e| format!("{}: {}", e.name(), e.message())),
+        )),
+    }
+}
+
+fn key_string(key: &RecordKey) -> JsValue {
+    JsValue::from_str(&format!("{:032x}:{:032x}", key.fingerprint, key.hash))
+}
+
+fn parse_key(value: &JsValue) -> Option<RecordKey> {
+    let text = value.as_string()?;
+    let (fp, hash) = text.split_once(':')?;
+    Some(RecordKey { fingerprint: u128::from_str_radix(fp, 16).ok()?, hash: u128::from_str_radix(hash, 16).ok()? })
+}
+
+fn now_ms() -> f64 {
+    js_sys::Date::now()
+}
+
+/// Order key of a last-use time: non-negative f64s order like their bits.
+fn order(used: f64) -> u64 {
+    used.max(0.0).to_bits()
+}
+
+fn meta_value(bytes: u64, used: f64) -> JsValue {
+    Array::of2(&JsValue::from_f64(bytes as f64), &JsValue::from_f64(used)).into()
+}
+
+impl IdbStore {
+    /// Opens (creating it if needed) the origin's spill database and indexes its records.
+    pub async fn open(budget_bytes: u64) -> Result<Self, StoreError> {
+        let factory = Factory::new().map_err(|e| io("is not available", e))?;
+        let mut request = factory.open(DB_NAME, Some(DB_VERSION)).map_err(|e| io("open", e))?;
+        request.on_upgrade_needed(|event| {
+            if let Ok(db) = event.database() {
+                for name in [RECORDS, META] {
+                    if !db.store_names().iter().any(|n| n == name) {
+                        let _ = db.create_object_store(name, ObjectStoreParams::new());
+                    }
+                }
+            }
+        });
+        let db = request.await.map_err(|e| io("open", e))?;
+        let mut store = Self { db, budget: budget_bytes, index: HashMap::new(), lru: BTreeSet::new(), total: 0 };
+        let tx = store.db.transaction(&[META], TransactionMode::ReadOnly).map_err(|e| io("read", e))?;
+        let meta = tx.object_store(META).map_err(|e| io("read", e))?;
+        let keys = meta.get_all_keys(None, None).map_err(|e| io("read", e))?;
+        let values = meta.get_all(None, None).map_err(|e| io("read", e))?;
+        let (keys, values) = (keys.await.map_err(|e| io("read", e))?, values.await.map_err(|e| io("read", e))?);
+        for (key, value) in keys.iter().zip(values.iter()) {
+            let (Some(key), Some(entry)) = (parse_key(key), value.dyn_ref::<Array>()) else { continue };
+            let (bytes, used) = (entry.get(0).as_f64().unwrap_or(0.0), entry.get(1).as_f64().unwrap_or(0.0));
+            store.track(key, bytes as u64, used);
+        }
+        let over: Vec<RecordKey> = store.oldest_until(0);
+        if !over.is_empty() {
+            store.remove_all(&over).await?;
+        }
+        Ok(store)
+    }
+
+    fn track(&mut self, key: RecordKey, bytes: u64, used: f64) {
+        self.untrack(&key);
+        self.index.insert(key, Entry { bytes, used });
+        self.lru.insert((order(used), key));
+        self.total += bytes;
+    }
+
+    fn untrack(&mut self, key: &RecordKey) {
+        if let Some(old) = self.index.remove(key) {
+            self.lru.remove(&(order(old.used), *key));
+            self.total -= old.bytes;
+        }
+    }
+
+    /// The least recently used records whose removal lets `incoming` more bytes fit.
+    fn oldest_until(&self, incoming: u64) -> Vec<RecordKey> {
+        let mut total = self.total;
+        let mut out = Vec::new();
+        for (_, key) in &self.lru {
+            if total + incoming <= self.budget {
+                break;
+            }
+            total -= self.index.get(key).map_or(0, |e| e.bytes);
+            out.push(*key);
+        }
+        out
+    }
+
+    async fn remove_all(&mut self, keys: &[RecordKey]) -> Result<(), StoreError> {
+        let tx = self.db.transaction(&[RECORDS, META], TransactionMode::ReadWrite).map_err(|e| io("delete", e))?;
+        let (records, meta) = (tx.object_store(RECORDS).map_err(|e| io("delete", e))?, tx.object_store(META).map_err(|e| io("delete", e))?);
+        for key in keys {
+            records.delete(key_string(key)).map_err(|e| io("delete", e))?;
+            meta.delete(key_string(key)).map_err(|e| io("delete", e))?;
+        }
+        commit(tx, records.transaction()).await?;
+        for key in keys {
+            self.untrack(key);
+        }
+        Ok(())
+    }
+
+    /// One transaction: drop `evict`, then write `records`.
+    async fn write(&self, evict: &[RecordKey], records: &[(RecordKey, Vec<u8>)], used: f64) -> Result<(), StoreError> {
+        let tx = self.db.transaction(&[RECORDS, META], TransactionMode::ReadWrite).map_err(write_error)?;
+        let (store, meta) = (tx.object_store(RECORDS).map_err(write_error)?, tx.object_store(META).map_err(write_error)?);
+        for key in evict {
+            store.delete(key_string(key)).map_err(write_error)?;
+            meta.delete(key_string(key)).map_err(write_error)?;
+        }
+        for (key, bytes) in records {
+            let value: JsValue = Uint8Array::from(bytes.as_slice()).into();
+            store.put(&value, Some(&key_string(key))).map_err(write_error)?;
+            meta.put(&meta_value(bytes.len() as u64, used), Some(&key_string(key))).map_err(write_error)?;
+        }
+        commit(tx, store.transaction()).await
+    }
+}
+
+#[async_trait(?Send)]
+impl SpillStore for IdbStore {
+    async fn get(&mut self, keys: &[RecordKey]) -> Result<Vec<Option<Vec<u8>>>, StoreError> {
+        let tx = self.db.transaction(&[RECORDS], TransactionMode::ReadOnly).map_err(|e| io("read", e))?;
+        let store = tx.object_store(RECORDS).map_err(|e| io("read", e))?;
+        let requests = keys.iter().map(|k| store.get(key_string(k))).collect::<Result<Vec<_>, _>>().map_err(|e| io("read", e))?;
+        let mut out = Vec::with_capacity(keys.len());
+        for (key, request) in keys.iter().zip(requests) {
+            let value = request.await.map_err(|e| io("read", e))?;
+            match value.and_then(|v| v.dyn_into::<Uint8Array>().ok()) {
+                Some(bytes) => out.push(Some(bytes.to_vec())),
+                None => {
+                    self.untrack(key);
+                    out.push(None);
+                }
+            }
+        }
+        // The hits' new last use; failing to record it costs only LRU accuracy.
+        let used = now_ms();
+        let hits: Vec<(RecordKey, u64)> = keys.iter().zip(&out).filter_map(|(k, v)| v.as_ref().map(|b| (*k, b.len() as u64))).collect();
+        if let Ok(tx) = self.db.transaction(&[META], TransactionMode::ReadWrite) {
+            if let Ok(meta) = tx.object_store(META) {
+                for (key, bytes) in &hits {
+                    let _ = meta.put(&meta_value(*bytes, used), Some(&key_string(key)));
+                }
+                let _ = commit(tx, meta.transaction()).await;
+            }
+        }
+        for (key, bytes) in hits {
+            self.track(key, bytes, used);
+        }
+        Ok(out)
+    }
+
+    async fn put(&mut self, records: Vec<(RecordKey, Vec<u8>)>) -> Result<usize, StoreError> {
+        let records: Vec<(RecordKey, Vec<u8>)> = records.into_iter().filter(|(_, b)| b.len() as u64 <= self.budget).collect();
+        if records.is_empty() {
+            return Ok(0);
+        }
+        for (key, _) in &records {
+            self.untrack(key);
+        }
+        let incoming: u64 = records.iter().map(|(_, b)| b.len() as u64).sum::<u64>().min(self.budget);
+        let evict = self.oldest_until(incoming);
+        let used = now_ms();
+        let result = match self.write(&evict, &records, used).await {
+            Err(StoreError::Quota(_)) => {
+                // The origin's quota is smaller than our budget: give up the older half of what
+                // we hold as well, and try once more.
+                let mut more = evict.clone();
+                let keep = self.total / 2;
+                let mut total = self.total;
+                for (_, key) in &self.lru {
+                    if total <= keep {
+                        break;
+                    }
+                    if !more.contains(key) {
+                        total -= self.index.get(key).map_or(0, |e| e.bytes);
+                        more.push(*key);
+                    }
+                }
+                let retried = self.write(&more, &records, used).await;
+                if retried.is_ok() {
+                    self.budget = self.budget.min(keep + incoming);
+                }
+                retried.map(|()| more)
+            }
+            other => other.map(|()| evict),
+        };
+        let evicted = result?;
+        for key in &evicted {
+            self.untrack(key);
+        }
+        for (key, bytes) in &records {
+            self.track(*key, bytes.len() as u64, used);
+        }
+        Ok(records.len())
+    }
+
+    async fn delete(&mut self, keys: &[RecordKey]) -> Result<(), StoreError> {
+        self.remove_all(keys).await
+    }
+
+    async fn keys(&mut self, fingerprint: u128) -> Result<Vec<RecordKey>, StoreError> {
+        Ok(self.index.keys().filter(|k| k.fingerprint == fingerprint).copied().collect())
+    }
+
+    async fn clear(&mut self, fingerprint: u128) -> Result<(), StoreError> {
+        let keys: Vec<RecordKey> = self.index.keys().filter(|k| k.fingerprint == fingerprint).copied().collect();
+        self.remove_all(&keys).await
+    }
+
+    fn stats(&self) -> StoreStats {
+        StoreStats { records: self.index.len(), bytes: self.total, budget_bytes: self.budget }
+    }
+}
