@@ -92,6 +92,9 @@ async function upload(model: ModelBytes, options: string, report: (progress: Loa
   }
 }
 
+/** Pages one write-behind batch quantizes and stores: a few hundred KiB to a few MiB. */
+const WRITE_BEHIND_PAGES = 8;
+
 /** The options with the spill budget capped at half of what the origin may store. */
 async function withinQuota(options: LoaderOptions): Promise<LoaderOptions> {
   if (options.spill === "off") return options;
@@ -142,7 +145,7 @@ class Driver {
   private readonly deferred: Call<"stats" | "destroyDevice">[] = [];
   /** The wasm module died (a panic); nothing runs any more. */
   private crashed = false;
-  /** The GPU holds cached pages IndexedDB may lack: written behind once the queue is empty. */
+  /** The GPU holds cached pages IndexedDB may lack: written behind while the queue is empty. */
   private unsaved = false;
 
   receive(message: ToWorker): void {
@@ -243,15 +246,20 @@ class Driver {
   }
 
   /**
-   * Writes the new cached pages to IndexedDB, after the reply went out and only when no call
-   * waits: a request never waits for its own pages, at most for one write-behind before it.
+   * Writes the new cached pages to IndexedDB in small batches, after the reply went out and only
+   * while no call waits: a request never waits for its own pages, at most for one batch.
    */
   private async writeBehind(): Promise<void> {
     const engine = this.engine;
     this.unsaved = false;
     if (!engine || engine.is_device_lost()) return;
     try {
-      await this.exclusive(() => engine.write_behind());
+      while (await this.exclusive(() => engine.write_behind(WRITE_BEHIND_PAGES))) {
+        if (this.queue.length > 0) {
+          this.unsaved = true;
+          return;
+        }
+      }
     } catch (error) {
       // Store failures are counted in the cache stats; a lost device is the next call's to handle.
       if (error instanceof WebAssembly.RuntimeError) this.crash(error);

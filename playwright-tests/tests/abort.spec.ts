@@ -38,6 +38,12 @@ test("an aborted request stops within a step, in prefill and in decode, and leav
   const probe = { max_tokens: 16, temperature: 0, messages: [{ role: "user" as const, content: "Name three colours of the rainbow." }] };
 
   const reference = await test.step("a greedy answer on a fresh engine", () => engine.chat(probe));
+  // The engine writes the answer's pages to IndexedDB once it is idle; a stats call is answered
+  // between two of its steps, so after it the abort below lands in the prompt's prefill, not
+  // while the request still waits its turn.
+  const idleFrom = Date.now();
+  await engine.cacheStats();
+  console.log(`the engine was free ${Date.now() - idleFrom} ms after the answer (its pages written behind)`);
 
   await test.step("abort a long prompt 200 ms after sending it", async () => {
     const run = await engine.chatAbortedAfter(

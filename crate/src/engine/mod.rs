@@ -245,8 +245,15 @@ impl Engine {
     /// Writes every cached page the spill store lacks to it (write-behind), so a reload or a
     /// restart finds them; for idle time between requests.
     pub async fn write_behind(&mut self) {
-        if let Some(spill) = &mut self.spill {
-            spill.write_behind(&self.gpu, &self.cache).await;
+        while self.write_behind_some(usize::MAX).await {}
+    }
+
+    /// Writes up to `max_pages` of them (prefixes first); true while more remain. An event loop
+    /// calls it between other work, so a request waits for one small batch at most.
+    pub async fn write_behind_some(&mut self, max_pages: usize) -> bool {
+        match &mut self.spill {
+            Some(spill) => spill.write_behind(&self.gpu, &self.cache, max_pages).await,
+            None => false,
         }
     }
 

@@ -142,11 +142,16 @@ impl SpillTier {
         }
     }
 
-    /// Writes ahead every cached page the store lacks (write-behind): captured, then flushed.
-    pub async fn write_behind(&mut self, gpu: &Gpu, cache: &PrefixCache) {
-        let unsaved = cache.cached_pages_where(|h| !self.stored.contains(&h.0));
+    /// Writes ahead up to `max_pages` cached pages the store lacks (write-behind), prefixes
+    /// first: captured, then flushed with whatever eviction captured. Returns whether more
+    /// remain, so an idle loop can stop between batches when a request arrives.
+    pub async fn write_behind(&mut self, gpu: &Gpu, cache: &PrefixCache, max_pages: usize) -> bool {
+        let mut unsaved = cache.cached_pages_where(|h| !self.stored.contains(&h.0));
+        let more = unsaved.len() > max_pages;
+        unsaved.truncate(max_pages);
         self.capture(gpu, unsaved);
         self.flush().await;
+        more
     }
 
     /// Reads back every captured batch and writes its records to the store.

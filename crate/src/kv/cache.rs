@@ -327,4 +327,23 @@ mod tests {
         c.release(&mut again);
         assert!(accounted(&c, 0));
     }
+
+    #[test]
+    fn a_reservation_that_cannot_fit_evicts_nothing() {
+        // Regression: a reservation evicted every evictable prefix before finding that the pool
+        // was still short, losing them for nothing.
+        let mut c = cache(4);
+        let mut s = Sequence::default();
+        request(&mut c, &mut s, &(0..8).collect::<Vec<u32>>()).unwrap();
+        c.release(&mut s);
+        let mut big = Sequence::default();
+        assert!(c.reserve(&mut big, 20).is_err());
+        assert_eq!(c.stats().cached_pages, 2, "the cached prefix is still there");
+        let evicted = c.reserve(&mut big, 12).unwrap();
+        // One page short: the leaf goes whole, both its pages, each with its tokens.
+        let tokens: Vec<Vec<u32>> = evicted.iter().map(|e| e.tokens.clone()).collect();
+        assert_eq!(tokens, vec![(0..4).collect::<Vec<u32>>(), (4..8).collect()]);
+        c.release(&mut big);
+        assert!(accounted(&c, 0));
+    }
 }

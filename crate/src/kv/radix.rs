@@ -313,10 +313,14 @@ impl<P: Copy + Eq + Hash + Debug> RadixTree<P> {
         freed
     }
 
-    /// Every cached page whose hash passes `want`, with its tokens and hashes.
+    /// Every cached page whose hash passes `want`, with its tokens and hashes, each page after
+    /// the pages before it (so a prefix of the list is a set of whole chains from the root).
     pub fn cached_pages_where(&self, want: impl Fn(PageHash) -> bool) -> Vec<CachedPage<P>> {
         let mut out = Vec::new();
-        for (id, node) in self.live_nodes() {
+        let mut stack = vec![self.root];
+        while let Some(id) = stack.pop() {
+            let node = self.node(id);
+            stack.extend(node.children.values().copied());
             let mut parent = self.parent_hash(id);
             for (i, (&hash, page)) in node.hashes.iter().zip(&node.pages).enumerate() {
                 if want(hash) {
@@ -740,5 +744,31 @@ mod tests {
         assert_eq!(t.match_prefix(&other_page).n_tokens, 0);
         let stored = t.insert(&other_page, &[2]).unwrap();
         assert_eq!((stored.node, stored.duplicates), (root, vec![2]));
+    }
+
+    #[test]
+    fn evicted_and_listed_pages_carry_their_tokens_and_chained_hashes() {
+        let mut t = tree();
+        let tokens = seq(12);
+        t.insert(&tokens, &[1, 2, 3]).unwrap();
+        // A branch after the first page: its first page's parent is the shared page.
+        let branch: Vec<u32> = tokens[..4].iter().copied().chain([90, 91, 92, 93]).collect();
+        t.insert(&branch, &[1, 4]).unwrap();
+        let hashes = chain_pages(t.root_hash, &tokens, 4);
+        let listed = t.cached_pages_where(|h| h != hashes[1]);
+        assert_eq!(listed.len(), 3, "four pages, one filtered out");
+        let page3 = listed.iter().find(|c| c.page == 3).unwrap();
+        assert_eq!((page3.hash, page3.parent, page3.tokens.clone()), (hashes[2], hashes[1], tokens[8..].to_vec()));
+        let page4 = listed.iter().find(|c| c.page == 4).unwrap();
+        assert_eq!((page4.hash, page4.parent), (chain(hashes[0], &[90, 91, 92, 93]), hashes[0]));
+
+        let evicted = t.evict_pages(usize::MAX);
+        let mut pages: Vec<u32> = evicted.iter().map(|c| c.page).collect();
+        pages.sort();
+        assert_eq!(pages, [1, 2, 3, 4]);
+        for c in &evicted {
+            assert_eq!(c.hash, chain(c.parent, &c.tokens), "page {}: its hash chains from its parent", c.page);
+        }
+        assert_eq!(evicted.iter().find(|c| c.page == 1).unwrap().parent, t.root_hash);
     }
 }

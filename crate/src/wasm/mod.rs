@@ -410,17 +410,17 @@ impl WasmEngine {
         Ok(stats.to_string())
     }
 
-    /// Writes the cached pages the spill store lacks to IndexedDB; for idle time between
-    /// requests (the worker calls it after each). Resolves when they are stored.
-    pub fn write_behind(&self) -> js_sys::Promise {
+    /// Writes up to `max_pages` cached pages the spill store lacks to IndexedDB, prefixes first;
+    /// for idle time between requests. Resolves to whether more remain.
+    pub fn write_behind(&self, max_pages: u32) -> js_sys::Promise {
         let state = self.state.clone();
         wasm_bindgen_futures::future_to_promise(async move {
             let mut st = state.try_borrow_mut().map_err(|_| busy())?;
             if st.current.is_some() {
                 return Err(named_error("EngineBusyError", "a request is running; write behind between requests"));
             }
-            st.engine.write_behind().await;
-            Ok(JsValue::UNDEFINED)
+            let more = st.engine.write_behind_some(max_pages as usize).await;
+            Ok(JsValue::from_bool(more))
         })
     }
 

@@ -43,8 +43,8 @@ export class WasmEngine {
   unpin(json: string): boolean;
   /** Empties both tiers: cached prefixes not in use on the GPU (pinned ones too) and this model's IndexedDB records. */
   clear(): Promise<void>;
-  /** Writes the cached pages IndexedDB lacks to it; call between requests. */
-  write_behind(): Promise<void>;
+  /** Writes up to max_pages cached pages IndexedDB lacks to it, prefixes first; resolves to whether more remain. */
+  write_behind(max_pages: number): Promise<boolean>;
   /** Test hook: GPUDevice.destroy() on the engine's device. */
   destroy_device_for_test(): void;
   /** true once the device is lost. */
