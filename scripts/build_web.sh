@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the npm package in pkg/: the engine for wasm32 (wgpu's WebGPU backend), its
-# wasm-bindgen glue, wasm-opt, and the TypeScript client and worker. Output: pkg/dist/.
+# Builds the npm package in pkg/ (the engine for wasm32 on wgpu's WebGPU backend, its
+# wasm-bindgen glue, wasm-opt, the TypeScript client and worker; output pkg/dist/), then the chat
+# app in web/ on it (type-checked, bundled by Vite; output web/dist/).
 # Idempotent: cargo and tsc rebuild only what changed. Needs scripts/setup.sh first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,3 +24,11 @@ echo "build: TypeScript package"
 raw=$(stat -c %s "$out/radixlm_bg.wasm")
 gz=$(gzip -9 -c "$out/radixlm_bg.wasm" | wc -c)
 echo "build: pkg/dist ready (wasm $((raw / 1024)) KiB, $((gz / 1024)) KiB gzipped)"
+
+echo "build: chat app"
+(cd web && npx --no-install tsc --noEmit -p . && npx --no-install vite build --logLevel warn)
+gz() { cat "$@" | gzip -9 | wc -c; }
+app_js=$(gz web/dist/assets/index-*.js)
+app_css=$(gz web/dist/assets/index-*.css)
+worker_js=$(gz web/dist/assets/worker-*.js)
+echo "build: web/dist ready (gzipped: app JS $((app_js / 1024)) KiB, CSS $((app_css / 1024)) KiB; engine worker JS $((worker_js / 1024)) KiB and wasm as above)"

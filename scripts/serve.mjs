@@ -26,9 +26,9 @@ const MOUNTS = [
   ["/models/", "models"],
   ["/test-models/", path.join("target", "test-models")],
   ["/harness/", path.join("playwright-tests", "harness")],
+  // The chat app (web/, built by Vite) at the root: everything no mount above claims.
+  ["/", path.join("web", "dist")],
 ];
-
-const REDIRECT_ROOT = "/pkg/examples/chat.html";
 
 const MIME = {
   ".js": "text/javascript; charset=utf-8",
@@ -134,9 +134,6 @@ async function handle(req, res) {
     urlPath = decodeURIComponent(new URL(req.url, "http://localhost").pathname);
   } catch {
     return send(req, res, 400, "bad request\n");
-  }
-  if (urlPath === "/" || urlPath === "/index.html") {
-    return send(req, res, 302, `see ${REDIRECT_ROOT}\n`, { Location: REDIRECT_ROOT });
   }
   if (urlPath === "/favicon.ico") {
     // Browsers ask for it on every page; an empty answer keeps a 404 out of the console.

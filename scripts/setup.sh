@@ -34,7 +34,7 @@ fi
 
 # npm packages, pinned by each lock file; browsers are not downloaded (Debian's chromium is used).
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1
-for dir in pkg playwright-tests; do
+for dir in pkg web playwright-tests; do
   if [ ! -d "$dir/node_modules" ] || [ "$dir/package-lock.json" -nt "$dir/node_modules/.package-lock.json" ]; then
     echo "setup: npm packages of $dir/"
     (cd "$dir" && npm ci --silent --no-audit --no-fund)

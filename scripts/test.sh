@@ -14,6 +14,7 @@ scripts/build_web.sh
 
 echo "== TypeScript type checks"
 (cd pkg && npx --no-install tsc --noEmit -p .)
+(cd web && npx --no-install tsc --noEmit -p .)
 (cd playwright-tests && npx --no-install tsc --noEmit -p .)
 
 echo "== native tests"

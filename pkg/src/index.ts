@@ -39,5 +39,6 @@ export type {
   LoadStage,
   ModelInfo,
   SamplingRequest,
+  SpillStats,
   Usage,
 } from "./types.js";

@@ -1,0 +1,155 @@
+// The chat page (web/) as a person uses it, on the tiny synthetic model (?model=) so replies come
+// in seconds. Screenshots of each state are attached to the test results.
+
+import { chromium, type Page, type TestInfo } from "@playwright/test";
+import { BASE_FLAGS, CHROMIUM_PATH, ORIGIN } from "../browser";
+import { TINY_UNTIED_MODEL, testModelUrl } from "../paths";
+import { expect, test } from "./fixtures";
+
+const APP = `/?model=${encodeURIComponent(testModelUrl(TINY_UNTIED_MODEL))}`;
+
+async function openApp(page: Page): Promise<void> {
+  await page.goto(APP);
+  await expect(page.getByRole("textbox", { name: "Message" })).toBeEnabled({ timeout: 60_000 });
+}
+
+async function shot(page: Page, testInfo: TestInfo, name: string): Promise<void> {
+  await testInfo.attach(name, { body: await page.screenshot({ fullPage: true }), contentType: "image/png" });
+}
+
+/** Sends a message with Enter and waits for the reply to finish. */
+async function send(page: Page, text: string): Promise<void> {
+  const input = page.getByRole("textbox", { name: "Message" });
+  await input.fill(text);
+  await input.press("Enter");
+  await expect(page.getByRole("button", { name: "Stop" })).toBeHidden({ timeout: 120_000 });
+}
+
+const replies = (page: Page) => page.getByRole("article", { name: "Assistant" });
+const mine = (page: Page) => page.getByRole("article", { name: "You" });
+
+async function setMaxTokens(page: Page, n: number): Promise<void> {
+  await page.evaluate((v) => localStorage.setItem("radixlm.maxTokens", String(v)), n);
+}
+
+test("a message is sent with Enter, the reply streams in, and the cache panel reports it", async ({ page }, testInfo) => {
+  await page.goto("/");
+  await setMaxTokens(page, 24);
+  await openApp(page);
+  await shot(page, testInfo, "empty");
+  await send(page, "Tell me about the lighthouse.");
+  await expect(mine(page)).toHaveText(/Tell me about the lighthouse\./);
+  await expect(replies(page)).toHaveCount(1);
+  await expect(replies(page).first()).toContainText(/of \d+ prompt tokens from the cache/);
+  const panel = page.getByRole("complementary", { name: "Settings and cache" });
+  await expect(panel.getByText("Computed")).toBeAttached();
+  await expect(page.getByRole("heading", { level: 1 })).toHaveText("Tell me about the lighthouse.");
+  await shot(page, testInfo, "replied");
+});
+
+test("Stop ends a reply early and the page answers again", async ({ page }, testInfo) => {
+  await page.goto("/");
+  await setMaxTokens(page, 400);
+  await openApp(page);
+  const input = page.getByRole("textbox", { name: "Message" });
+  await input.fill("Write a very long story.");
+  await input.press("Enter");
+  const stop = page.getByRole("button", { name: "Stop" });
+  await expect(stop).toBeVisible();
+  await expect(replies(page).first().locator(".content")).not.toBeEmpty({ timeout: 60_000 });
+  await stop.click();
+  await expect(stop).toBeHidden({ timeout: 30_000 });
+  await expect(replies(page).first()).toContainText("stopped");
+  await shot(page, testInfo, "stopped");
+  await setMaxTokens(page, 8);
+  await page.reload();
+  await expect(page.getByRole("textbox", { name: "Message" })).toBeEnabled({ timeout: 60_000 });
+  await send(page, "And now a short one.");
+  await expect(replies(page)).toHaveCount(2);
+});
+
+test("new chat, reload, and the conversations are still there", async ({ page }) => {
+  await page.goto("/");
+  await setMaxTokens(page, 8);
+  await openApp(page);
+  await send(page, "First conversation");
+  await page.getByRole("button", { name: "New chat" }).click();
+  await expect(page.getByRole("article")).toHaveCount(0);
+  await send(page, "Second conversation");
+  const list = page.getByRole("complementary", { name: "Conversations" });
+  await expect(list.getByRole("button", { name: "First conversation", exact: true })).toBeAttached();
+  await page.reload();
+  await expect(page.getByRole("textbox", { name: "Message" })).toBeEnabled({ timeout: 60_000 });
+  await expect(list.getByRole("button", { name: "Second conversation", exact: true })).toBeAttached();
+  await list.getByRole("button", { name: "First conversation", exact: true }).click({ force: true });
+  await expect(mine(page)).toHaveText(/First conversation/);
+  page.on("dialog", (d) => void d.accept());
+  await list.getByRole("button", { name: "Delete First conversation" }).click({ force: true });
+  await expect(list.getByRole("button", { name: "First conversation", exact: true })).toHaveCount(0);
+});
+
+test("editing an earlier message starts a branch that reuses the shared prefix, and the old branch stays", async ({ page }, testInfo) => {
+  await page.goto("/");
+  await setMaxTokens(page, 8);
+  await openApp(page);
+  await send(page, "What is the tower made of?");
+  await send(page, "And how tall is it?");
+  const first = mine(page).first();
+  await first.getByRole("button", { name: "Edit and resend" }).click();
+  const edited = page.getByRole("textbox", { name: "Edited message" });
+  await edited.fill("What is the lamp made of?");
+  await edited.press("Enter");
+  await expect(page.getByRole("button", { name: "Stop" })).toBeHidden({ timeout: 120_000 });
+  await expect(mine(page)).toHaveCount(1);
+  await expect(mine(page).first()).toContainText("2 / 2");
+  // The system prompt's pages are shared by both branches: the new reply reused them.
+  const stats = await replies(page).first().textContent();
+  const reused = Number(/(\d+) of (\d+) prompt tokens from the cache/.exec(stats ?? "")?.[1] ?? "0");
+  expect(reused, stats ?? "").toBeGreaterThan(0);
+  await shot(page, testInfo, "branched");
+  await mine(page).first().getByRole("button", { name: "Previous version" }).click();
+  await expect(mine(page)).toHaveCount(2);
+  await expect(mine(page).first()).toContainText("What is the tower made of?");
+  await expect(mine(page).first()).toContainText("1 / 2");
+});
+
+test("pinning the system prompt shows in the cache panel", async ({ page }) => {
+  await openApp(page);
+  const panel = page.getByRole("complementary", { name: "Settings and cache" });
+  await panel.getByRole("checkbox", { name: "Pin in the cache" }).check();
+  await expect(panel.getByText("the system prompt")).toBeVisible();
+  const pinned = panel.locator("dt", { hasText: "Pinned pages" }).locator("xpath=following-sibling::dd[1]");
+  await expect.poll(async () => Number(await pinned.textContent())).toBeGreaterThan(0);
+});
+
+test("on a 375 × 812 phone screen nothing scrolls sideways", async ({ page }, testInfo) => {
+  await page.setViewportSize({ width: 375, height: 812 });
+  await page.goto("/");
+  await setMaxTokens(page, 24);
+  await openApp(page);
+  await send(page, "A long word: " + "x".repeat(120) + "\n```\n" + "const line = 'a code line much longer than a phone screen is wide';\n".repeat(3) + "```");
+  const overflow = await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
+  expect(overflow, "horizontal overflow in px").toBeLessThanOrEqual(0);
+  for (const name of ["Send", "Conversations", "Settings and cache"]) {
+    const box = await page.getByRole("button", { name, exact: true }).boundingBox();
+    expect(box?.height ?? 0, `${name} is a 44 px touch target`).toBeGreaterThanOrEqual(44);
+  }
+  await shot(page, testInfo, "phone");
+  await page.getByRole("button", { name: "Conversations" }).click();
+  await expect(page.getByRole("button", { name: "New chat" })).toBeVisible();
+  await shot(page, testInfo, "phone-conversations");
+});
+
+test("a browser without WebGPU gets a screen that says which browsers have it", async ({ consoleErrors }, testInfo) => {
+  const browser = await chromium.launch({ executablePath: CHROMIUM_PATH, headless: true, args: BASE_FLAGS });
+  try {
+    const page = await browser.newPage({ baseURL: ORIGIN });
+    consoleErrors.watch(page);
+    await page.goto(APP);
+    await expect(page.getByRole("heading", { name: "This browser has no WebGPU" })).toBeVisible({ timeout: 30_000 });
+    await expect(page.getByRole("dialog")).toContainText(/Chrome or Edge 113/);
+    await shot(page, testInfo, "no-webgpu");
+  } finally {
+    await browser.close();
+  }
+});

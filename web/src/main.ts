@@ -1,0 +1,529 @@
+// The chat page: a conversation list, the conversation on screen, a composer, and a panel with
+// the system prompt, sampling settings and what the prefix cache holds and did for the last reply.
+
+import { AbortError, createEngine, WebGPUUnavailableError, type ChatMessage, type Engine } from "radixlm";
+import { append, branch, newConversation, showBranchOf, siblings, ConversationStore, type Conversation, type Message, type ReplyStats } from "./conversations";
+import { bytes, LoadMeter } from "./loading";
+import { renderMarkdown } from "./markdown";
+
+const DEFAULT_MODEL = "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+const DEFAULT_SYSTEM = "You are a helpful assistant. Answer clearly and briefly.";
+const WEBGPU_BROWSERS =
+  "Chrome or Edge 113 or newer (Windows, macOS, ChromeOS), Chrome 121 or newer on Android, Safari 26 or newer (iPhone, iPad, Mac), or Firefox 141 or newer on Windows.";
+
+const $ = <T extends HTMLElement>(id: string): T => {
+  const el = document.getElementById(id);
+  if (!el) throw new Error(`the page lacks #${id}`);
+  return el as T;
+};
+
+const ui = {
+  app: $<HTMLDivElement>("app"),
+  sidebar: $<HTMLElement>("sidebar"),
+  panel: $<HTMLElement>("panel"),
+  list: $<HTMLUListElement>("conversations"),
+  newChat: $<HTMLButtonElement>("new-chat"),
+  toggleSidebar: $<HTMLButtonElement>("toggle-sidebar"),
+  togglePanel: $<HTMLButtonElement>("toggle-panel"),
+  title: $<HTMLHeadingElement>("title"),
+  messages: $<HTMLElement>("messages"),
+  composer: $<HTMLFormElement>("composer"),
+  input: $<HTMLTextAreaElement>("input"),
+  send: $<HTMLButtonElement>("send"),
+  stop: $<HTMLButtonElement>("stop"),
+  system: $<HTMLTextAreaElement>("system"),
+  pin: $<HTMLInputElement>("pin"),
+  temperature: $<HTMLInputElement>("temperature"),
+  temperatureValue: $<HTMLOutputElement>("temperature-value"),
+  maxTokens: $<HTMLInputElement>("max-tokens"),
+  cacheStats: $<HTMLDListElement>("cache-stats"),
+  replyStats: $<HTMLDListElement>("reply-stats"),
+  screen: $<HTMLDivElement>("screen"),
+  screenTitle: $<HTMLHeadingElement>("screen-title"),
+  screenText: $<HTMLParagraphElement>("screen-text"),
+  progress: $<HTMLProgressElement>("progress"),
+  progressText: $<HTMLParagraphElement>("progress-text"),
+  retry: $<HTMLButtonElement>("retry"),
+  toast: $<HTMLDivElement>("toast"),
+};
+
+/** Settings kept across visits (the conversations themselves are in IndexedDB). */
+const settings = {
+  get temperature(): number {
+    return Number(localStorage.getItem("radixlm.temperature") ?? "0.2");
+  },
+  set temperature(v: number) {
+    localStorage.setItem("radixlm.temperature", String(v));
+  },
+  get maxTokens(): number {
+    return Number(localStorage.getItem("radixlm.maxTokens") ?? "512");
+  },
+  set maxTokens(v: number) {
+    localStorage.setItem("radixlm.maxTokens", String(v));
+  },
+  /** The system prompt new conversations start with. */
+  get system(): string {
+    return localStorage.getItem("radixlm.system") ?? DEFAULT_SYSTEM;
+  },
+  set system(v: string) {
+    localStorage.setItem("radixlm.system", v);
+  },
+  /** The system prompt kept pinned in the cache, if any. */
+  get pinned(): string | null {
+    return localStorage.getItem("radixlm.pinned");
+  },
+  set pinned(v: string | null) {
+    if (v === null) localStorage.removeItem("radixlm.pinned");
+    else localStorage.setItem("radixlm.pinned", v);
+  },
+};
+
+function showScreen(title: string, text: string, opts: { progress?: boolean; retry?: boolean } = {}): void {
+  ui.screen.hidden = false;
+  ui.screenTitle.textContent = title;
+  ui.screenText.textContent = text;
+  ui.progress.hidden = !opts.progress;
+  ui.progressText.hidden = !opts.progress;
+  ui.retry.hidden = !opts.retry;
+}
+
+function toast(text: string): void {
+  ui.toast.textContent = text;
+  ui.toast.hidden = false;
+  setTimeout(() => (ui.toast.hidden = true), 6000);
+}
+
+function dl(target: HTMLDListElement, rows: [string, string][]): void {
+  target.replaceChildren(
+    ...rows.flatMap(([k, v]) => {
+      const dt = document.createElement("dt");
+      dt.textContent = k;
+      const dd = document.createElement("dd");
+      dd.textContent = v;
+      return [dt, dd];
+    }),
+  );
+}
+
+class ChatApp {
+  private conversations: Conversation[] = [];
+  private current: Conversation;
+  private running: AbortController | null = null;
+  private reloads = 0;
+
+  constructor(
+    private readonly engine: Engine,
+    private readonly store: ConversationStore,
+  ) {
+    this.current = newConversation(settings.system);
+  }
+
+  async start(): Promise<void> {
+    this.conversations = await this.store.list();
+    const first = this.conversations[0];
+    if (first) this.current = first;
+    ui.temperature.value = String(settings.temperature);
+    ui.temperatureValue.value = settings.temperature.toFixed(2);
+    ui.maxTokens.value = String(settings.maxTokens);
+    this.wire();
+    if (settings.pinned !== null) await this.pin(settings.pinned);
+    this.render();
+    await this.refreshCache();
+    ui.input.disabled = false;
+    ui.send.disabled = false;
+    ui.input.focus();
+  }
+
+  private wire(): void {
+    ui.composer.addEventListener("submit", (e) => {
+      e.preventDefault();
+      void this.sendInput();
+    });
+    ui.input.addEventListener("keydown", (e) => {
+      if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
+        e.preventDefault();
+        void this.sendInput();
+      }
+    });
+    ui.input.addEventListener("input", () => this.fitInput());
+    document.addEventListener("keydown", (e) => {
+      if (e.key === "Escape" && this.running) this.running.abort();
+    });
+    ui.stop.addEventListener("click", () => this.running?.abort());
+    ui.newChat.addEventListener("click", () => {
+      this.current = newConversation(settings.system);
+      this.closeDrawers();
+      this.render();
+      ui.input.focus();
+    });
+    ui.toggleSidebar.addEventListener("click", () => this.toggle(ui.sidebar, ui.toggleSidebar, "sidebar-open"));
+    ui.togglePanel.addEventListener("click", () => this.toggle(ui.panel, ui.togglePanel, "panel-open"));
+    ui.system.addEventListener("change", () => void this.setSystem(ui.system.value));
+    ui.pin.addEventListener("change", () => void (ui.pin.checked ? this.pin(this.current.system) : this.unpin()));
+    ui.temperature.addEventListener("input", () => {
+      settings.temperature = Number(ui.temperature.value);
+      ui.temperatureValue.value = settings.temperature.toFixed(2);
+    });
+    ui.maxTokens.addEventListener("change", () => {
+      const n = Math.round(Number(ui.maxTokens.value));
+      settings.maxTokens = Number.isFinite(n) && n >= 1 ? Math.min(n, 4096) : 512;
+      ui.maxTokens.value = String(settings.maxTokens);
+    });
+  }
+
+  private toggle(drawer: HTMLElement, button: HTMLButtonElement, cls: string): void {
+    const open = !ui.app.classList.contains(cls);
+    this.closeDrawers();
+    ui.app.classList.toggle(cls, open);
+    button.setAttribute("aria-expanded", String(open));
+    if (open) drawer.querySelector<HTMLElement>("button, textarea, input")?.focus();
+  }
+
+  private closeDrawers(): void {
+    ui.app.classList.remove("sidebar-open", "panel-open");
+    ui.toggleSidebar.setAttribute("aria-expanded", "false");
+    ui.togglePanel.setAttribute("aria-expanded", "false");
+  }
+
+  private fitInput(): void {
+    ui.input.style.height = "auto";
+    ui.input.style.height = `${Math.min(ui.input.scrollHeight, 200)}px`;
+  }
+
+  private async setSystem(text: string): Promise<void> {
+    const wasPinned = settings.pinned !== null && settings.pinned === this.current.system;
+    this.current.system = text;
+    settings.system = text;
+    if (wasPinned) {
+      await this.unpin();
+      await this.pin(text);
+    }
+    if (Object.keys(this.current.messages).length > 0) await this.save();
+    this.render();
+  }
+
+  private async pin(system: string): Promise<void> {
+    if (settings.pinned !== null && settings.pinned !== system) await this.unpin();
+    try {
+      await this.engine.cache.pin([{ role: "system", content: system }]);
+      settings.pinned = system;
+    } catch (error) {
+      toast(`Could not pin the system prompt: ${error instanceof Error ? error.message : String(error)}`);
+      settings.pinned = null;
+    }
+    ui.pin.checked = settings.pinned !== null;
+    await this.refreshCache();
+  }
+
+  private async unpin(): Promise<void> {
+    const pinned = settings.pinned;
+    settings.pinned = null;
+    ui.pin.checked = false;
+    if (pinned !== null) await this.engine.cache.unpin([{ role: "system", content: pinned }]);
+    await this.refreshCache();
+  }
+
+  private async sendInput(): Promise<void> {
+    const text = ui.input.value.trim();
+    if (!text || this.running) return;
+    ui.input.value = "";
+    this.fitInput();
+    append(this.current, this.current.leaf, "user", text);
+    await this.reply();
+  }
+
+  /** Resends an earlier user message, edited: a new branch from the same point. */
+  private async resend(original: Message, text: string): Promise<void> {
+    if (this.running) return;
+    append(this.current, original.parent, "user", text);
+    await this.reply();
+  }
+
+  /** Streams the assistant's reply to the branch on screen. */
+  private async reply(): Promise<void> {
+    const conv = this.current;
+    const history: ChatMessage[] = [];
+    if (conv.system.trim()) history.push({ role: "system", content: conv.system });
+    for (const m of branch(conv)) history.push({ role: m.role, content: m.content });
+    const answer = append(conv, conv.leaf, "assistant", "");
+    this.running = new AbortController();
+    this.setRunning(true);
+    this.render();
+    await this.save();
+    const bubble = ui.messages.querySelector<HTMLElement>(`[data-id="${answer.id}"] .content`);
+    let frame = 0;
+    const paint = () => {
+      frame = 0;
+      if (bubble) renderMarkdown(bubble, answer.content);
+      this.scrollToEnd();
+    };
+    try {
+      const stream = await this.engine.chat.completions.create({
+        messages: history,
+        stream: true,
+        signal: this.running.signal,
+        temperature: settings.temperature,
+        top_p: 0.9,
+        max_tokens: settings.maxTokens,
+      });
+      for await (const chunk of stream) {
+        answer.content += chunk.choices[0].delta.content ?? "";
+        if (chunk.usage && chunk.stats) {
+          answer.stats = {
+            promptTokens: chunk.usage.prompt_tokens,
+            reusedTokens: chunk.stats.reused_tokens,
+            restoredTokens: chunk.stats.restored_tokens,
+            prefilledTokens: chunk.stats.prefilled_tokens,
+            completionTokens: chunk.usage.completion_tokens,
+            ttftMs: chunk.stats.ttft_ms,
+            decodeTokensPerS: chunk.stats.decode_tokens_per_s,
+          };
+        }
+        frame ||= requestAnimationFrame(paint);
+      }
+    } catch (error) {
+      if (error instanceof AbortError) answer.stopped = true;
+      else {
+        answer.content += answer.content ? "\n\n" : "";
+        answer.stopped = true;
+        toast(error instanceof Error ? error.message : String(error));
+      }
+    } finally {
+      this.running = null;
+      this.setRunning(false);
+      if (frame) cancelAnimationFrame(frame);
+    }
+    await this.save();
+    this.render();
+    await this.noticeReload();
+    await this.refreshCache(answer.stats);
+  }
+
+  private setRunning(running: boolean): void {
+    ui.send.hidden = running;
+    ui.stop.hidden = !running;
+    if (!running) ui.input.focus();
+  }
+
+  private async noticeReload(): Promise<void> {
+    const reloads = await this.engine.debug.reloads();
+    if (reloads > this.reloads) toast("The GPU was reset, so the model was loaded again. Your conversation is intact.");
+    this.reloads = reloads;
+  }
+
+  private async save(): Promise<void> {
+    await this.store.save(this.current);
+    this.conversations = [this.current, ...this.conversations.filter((c) => c.id !== this.current.id)];
+    this.renderList();
+  }
+
+  private render(): void {
+    ui.title.textContent = this.current.title;
+    ui.system.value = this.current.system;
+    ui.pin.checked = settings.pinned !== null && settings.pinned === this.current.system;
+    this.renderList();
+    const items = branch(this.current).map((m) => this.renderMessage(m));
+    if (items.length === 0) {
+      const empty = document.createElement("p");
+      empty.className = "empty";
+      empty.textContent = "Ask anything. The model runs on this device's GPU; nothing you type leaves it.";
+      items.push(empty);
+    }
+    ui.messages.replaceChildren(...items);
+    this.scrollToEnd();
+  }
+
+  private renderMessage(m: Message): HTMLElement {
+    const article = document.createElement("article");
+    article.className = `message ${m.role}`;
+    article.dataset.id = m.id;
+    article.setAttribute("aria-label", m.role === "user" ? "You" : "Assistant");
+    const content = document.createElement("div");
+    content.className = "content";
+    if (m.role === "assistant") renderMarkdown(content, m.content);
+    else content.textContent = m.content;
+    article.append(content);
+    const tools = document.createElement("div");
+    tools.className = "tools";
+    const family = siblings(this.current, m);
+    if (family.length > 1) {
+      const at = family.findIndex((x) => x.id === m.id);
+      const step = (delta: number, label: string, text: string) => {
+        const b = document.createElement("button");
+        b.type = "button";
+        b.textContent = text;
+        b.setAttribute("aria-label", label);
+        const target = family[at + delta];
+        b.disabled = !target || this.running !== null;
+        b.addEventListener("click", () => {
+          if (!target) return;
+          showBranchOf(this.current, target);
+          void this.save();
+          this.render();
+        });
+        return b;
+      };
+      const where = document.createElement("span");
+      where.textContent = `${at + 1} / ${family.length}`;
+      tools.append(step(-1, "Previous version", "‹"), where, step(1, "Next version", "›"));
+    }
+    if (m.role === "user") {
+      const edit = document.createElement("button");
+      edit.type = "button";
+      edit.textContent = "Edit";
+      edit.setAttribute("aria-label", "Edit and resend");
+      edit.disabled = this.running !== null;
+      edit.addEventListener("click", () => this.editMessage(article, m));
+      tools.append(edit);
+    } else if (m.stopped) {
+      const note = document.createElement("span");
+      note.className = "small";
+      note.textContent = "stopped";
+      tools.append(note);
+    }
+    if (m.stats) {
+      const s = document.createElement("span");
+      s.className = "small";
+      s.textContent = `${m.stats.reusedTokens + m.stats.restoredTokens} of ${m.stats.promptTokens} prompt tokens from the cache · first token ${(m.stats.ttftMs / 1000).toFixed(1)} s`;
+      tools.append(s);
+    }
+    article.append(tools);
+    return article;
+  }
+
+  private editMessage(article: HTMLElement, m: Message): void {
+    const form = document.createElement("form");
+    form.className = "edit";
+    const area = document.createElement("textarea");
+    area.value = m.content;
+    area.setAttribute("aria-label", "Edited message");
+    const send = document.createElement("button");
+    send.type = "submit";
+    send.className = "primary";
+    send.textContent = "Send";
+    const cancel = document.createElement("button");
+    cancel.type = "button";
+    cancel.textContent = "Cancel";
+    cancel.addEventListener("click", () => this.render());
+    form.addEventListener("submit", (e) => {
+      e.preventDefault();
+      const text = area.value.trim();
+      if (text) void this.resend(m, text);
+    });
+    area.addEventListener("keydown", (e) => {
+      if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
+        e.preventDefault();
+        form.requestSubmit();
+      } else if (e.key === "Escape") this.render();
+    });
+    form.append(area, send, cancel);
+    article.replaceChildren(form);
+    area.focus();
+  }
+
+  private renderList(): void {
+    const items = this.conversations.map((c) => {
+      const li = document.createElement("li");
+      li.className = c.id === this.current.id ? "current" : "";
+      const open = document.createElement("button");
+      open.type = "button";
+      open.className = "open";
+      open.textContent = c.title;
+      if (c.id === this.current.id) open.setAttribute("aria-current", "true");
+      open.addEventListener("click", () => {
+        if (this.running) return;
+        this.current = c;
+        this.closeDrawers();
+        this.render();
+      });
+      const rename = document.createElement("button");
+      rename.type = "button";
+      rename.textContent = "✎";
+      rename.setAttribute("aria-label", `Rename ${c.title}`);
+      rename.addEventListener("click", () => {
+        const title = prompt("Rename the conversation", c.title)?.trim();
+        if (!title) return;
+        c.title = title;
+        void this.store.save(c).then(() => this.render());
+      });
+      const remove = document.createElement("button");
+      remove.type = "button";
+      remove.textContent = "✕";
+      remove.setAttribute("aria-label", `Delete ${c.title}`);
+      remove.addEventListener("click", () => {
+        if (this.running && c.id === this.current.id) return;
+        if (!confirm(`Delete "${c.title}"?`)) return;
+        void this.store.remove(c.id).then(() => {
+          this.conversations = this.conversations.filter((x) => x.id !== c.id);
+          if (c.id === this.current.id) this.current = this.conversations[0] ?? newConversation(settings.system);
+          this.render();
+        });
+      });
+      li.append(open, rename, remove);
+      return li;
+    });
+    ui.list.replaceChildren(...items);
+  }
+
+  private scrollToEnd(): void {
+    ui.messages.scrollTop = ui.messages.scrollHeight;
+  }
+
+  private async refreshCache(last?: ReplyStats): Promise<void> {
+    const s = await this.engine.cache.stats();
+    const used = s.totalPages - s.freePages;
+    const rows: [string, string][] = [
+      ["GPU pages", `${used} of ${s.totalPages} (${s.pageSize} tokens each)`],
+      ["Pinned pages", String(s.pinnedPages)],
+      ["Pinned prefix", settings.pinned === null ? "none" : "the system prompt"],
+    ];
+    if (s.spill) rows.push(["Saved on this device", `${s.spill.records} pages, ${bytes(s.spill.bytes)} (${s.spill.format})`]);
+    else rows.push(["Saved on this device", s.spillNote ?? "off"]);
+    dl(ui.cacheStats, rows);
+    if (last) {
+      dl(ui.replyStats, [
+        ["Reused from the GPU", `${last.reusedTokens} tokens`],
+        ["Restored from this device", `${last.restoredTokens} tokens`],
+        ["Computed", `${last.prefilledTokens} tokens`],
+        ["First token after", `${(last.ttftMs / 1000).toFixed(2)} s`],
+        ["Decode", `${last.decodeTokensPerS.toFixed(1)} tokens/s`],
+      ]);
+    }
+  }
+}
+
+async function boot(): Promise<void> {
+  if (!("gpu" in navigator) || !navigator.gpu) {
+    showScreen("This browser has no WebGPU", `The model runs on your GPU through WebGPU. Open this page in ${WEBGPU_BROWSERS}`);
+    return;
+  }
+  const model = new URLSearchParams(location.search).get("model") ?? DEFAULT_MODEL;
+  const meter = new LoadMeter();
+  showScreen("Loading the model", "It runs on this device's GPU; nothing you type leaves it.", { progress: true });
+  let engine: Engine;
+  try {
+    const [loaded, store] = await Promise.all([
+      createEngine({
+        model,
+        onProgress: (p) => {
+          const { fraction, text } = meter.read(p);
+          ui.progress.value = fraction;
+          ui.progressText.textContent = text;
+        },
+      }),
+      ConversationStore.open(),
+    ]);
+    engine = loaded;
+    ui.screen.hidden = true;
+    await new ChatApp(engine, store).start();
+  } catch (error) {
+    if (error instanceof WebGPUUnavailableError) {
+      showScreen("This browser has no WebGPU", `${error.message} The page needs ${WEBGPU_BROWSERS}`);
+      return;
+    }
+    showScreen("The model failed to load", error instanceof Error ? error.message : String(error), { retry: true });
+  }
+}
+
+ui.retry.addEventListener("click", () => void boot());
+void boot();
