@@ -3,7 +3,6 @@
 //! so a reader sees it whole or not at all; the file's modification time is its last use, so
 //! the LRU order survives restarts and is shared by processes using the same folder.
 
-use std::collections::{BTreeSet, HashMap};
 use std::fs;
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
@@ -11,6 +10,7 @@ use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 
+use super::lru::LruIndex;
 use super::{RecordKey, SpillStore, StoreError, StoreStats};
 
 const RECORD_EXT: &str = "rxkv";
@@ -19,19 +19,12 @@ const TEMP_MARK: &str = ".tmp-";
 /// a live process sharing the folder.
 const STALE_TEMP: Duration = Duration::from_secs(600);
 
-struct Entry {
-    bytes: u64,
-    used: u64,
-}
-
 pub struct DirStore {
     root: PathBuf,
     budget: u64,
-    index: HashMap<RecordKey, Entry>,
-    /// (last use, key), oldest first.
-    lru: BTreeSet<(u64, RecordKey)>,
+    index: LruIndex,
+    /// Last-use order of this process's uses, continuing the files' times sorted at open.
     clock: u64,
-    total: u64,
     temp_counter: u64,
 }
 
@@ -68,7 +61,7 @@ impl DirStore {
             }
         }
         found.sort();
-        let mut store = Self { root, budget: budget_bytes, index: HashMap::new(), lru: BTreeSet::new(), clock: 0, total: 0, temp_counter: 0 };
+        let mut store = Self { root, budget: budget_bytes, index: LruIndex::default(), clock: 0, temp_counter: 0 };
         for (_, key, bytes) in found {
             store.track(key, bytes);
         }
@@ -81,31 +74,25 @@ impl DirStore {
     }
 
     fn track(&mut self, key: RecordKey, bytes: u64) {
-        self.untrack(&key);
         self.clock += 1;
-        self.index.insert(key, Entry { bytes, used: self.clock });
-        self.lru.insert((self.clock, key));
-        self.total += bytes;
-    }
-
-    fn untrack(&mut self, key: &RecordKey) {
-        if let Some(old) = self.index.remove(key) {
-            self.lru.remove(&(old.used, *key));
-            self.total -= old.bytes;
-        }
+        self.index.track(key, bytes, self.clock);
     }
 
     /// Removes least recently used records until `incoming` more bytes fit the budget.
     fn evict_until(&mut self, incoming: u64) {
-        while self.total + incoming > self.budget {
-            let Some(&(_, key)) = self.lru.first() else { break };
+        self.remove_down_to(self.budget.saturating_sub(incoming));
+    }
+
+    /// Removes least recently used records until they total at most `target` bytes.
+    fn remove_down_to(&mut self, target: u64) {
+        for key in self.index.oldest_down_to(target) {
             self.remove(&key);
         }
     }
 
     fn remove(&mut self, key: &RecordKey) {
         let _ = fs::remove_file(self.path(key));
-        self.untrack(key);
+        self.index.untrack(key);
     }
 
     /// Writes `bytes` to a temporary file beside the record, then renames it into place.
@@ -141,7 +128,7 @@ impl SpillStore for DirStore {
                     out.push(Some(bytes));
                 }
                 Err(e) if e.kind() == ErrorKind::NotFound => {
-                    self.untrack(key);
+                    self.index.untrack(key);
                     out.push(None);
                 }
                 Err(e) => return Err(io("reading", &path, e)),
@@ -157,16 +144,12 @@ impl SpillStore for DirStore {
             if len > self.budget {
                 continue;
             }
-            self.untrack(&key);
+            self.index.untrack(&key);
             self.evict_until(len);
             if let Err(first) = self.write_atomically(&key, &bytes) {
                 // Out of disk (or another write failure): make room from the oldest records
                 // and try once more before giving up on this record.
-                let keep = self.total / 2;
-                while self.total > keep {
-                    let Some(&(_, old)) = self.lru.first() else { break };
-                    self.remove(&old);
-                }
+                self.remove_down_to(self.index.total() / 2);
                 if let Err(second) = self.write_atomically(&key, &bytes) {
                     return Err(StoreError::Quota(format!("writing {}: {first}; after evicting: {second}", self.path(&key).display())));
                 }
@@ -185,19 +168,18 @@ impl SpillStore for DirStore {
     }
 
     async fn keys(&mut self, fingerprint: u128) -> Result<Vec<RecordKey>, StoreError> {
-        Ok(self.index.keys().filter(|k| k.fingerprint == fingerprint).copied().collect())
+        Ok(self.index.keys_of(fingerprint))
     }
 
     async fn clear(&mut self, fingerprint: u128) -> Result<(), StoreError> {
-        let keys: Vec<RecordKey> = self.index.keys().filter(|k| k.fingerprint == fingerprint).copied().collect();
-        for key in &keys {
+        for key in &self.index.keys_of(fingerprint) {
             self.remove(key);
         }
         Ok(())
     }
 
     fn stats(&self) -> StoreStats {
-        StoreStats { records: self.index.len(), bytes: self.total, budget_bytes: self.budget }
+        StoreStats { records: self.index.len(), bytes: self.index.total(), budget_bytes: self.budget }
     }
 }
 

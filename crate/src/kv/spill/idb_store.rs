@@ -7,13 +7,12 @@
 //! Requests of a transaction are all issued before the first is awaited: IndexedDB commits a
 //! transaction that has nothing pending when control returns to the event loop.
 
-use std::collections::{BTreeSet, HashMap};
-
 use async_trait::async_trait;
 use idb::{Database, DatabaseEvent, Factory, ObjectStoreParams, Transaction, TransactionMode, TransactionResult};
 use js_sys::{Array, Uint8Array};
 use wasm_bindgen::{JsCast, JsValue};
 
+use super::lru::LruIndex;
 use super::{RecordKey, SpillStore, StoreError, StoreStats};
 
 const DB_NAME: &str = "radixlm-spill";
@@ -21,18 +20,11 @@ const DB_VERSION: u32 = 1;
 const RECORDS: &str = "records";
 const META: &str = "meta";
 
-struct Entry {
-    bytes: u64,
-    used: f64,
-}
-
 pub struct IdbStore {
     db: Database,
     budget: u64,
-    index: HashMap<RecordKey, Entry>,
-    /// (last use in ms since the epoch, as ordered bits, key), oldest first.
-    lru: BTreeSet<(u64, RecordKey)>,
-    total: u64,
+    /// Last uses are ms since the epoch, as ordered bits.
+    index: LruIndex,
 }
 
 fn io(what: &str, e: impl std::fmt::Display) -> StoreError {
@@ -98,7 +90,7 @@ impl IdbStore {
             }
         });
         let db = request.await.map_err(|e| io("open", e))?;
-        let mut store = Self { db, budget: budget_bytes, index: HashMap::new(), lru: BTreeSet::new(), total: 0 };
+        let mut store = Self { db, budget: budget_bytes, index: LruIndex::default() };
         let tx = store.db.transaction(&[META], TransactionMode::ReadOnly).map_err(|e| io("read", e))?;
         let meta = tx.object_store(META).map_err(|e| io("read", e))?;
         let keys = meta.get_all_keys(None, None).map_err(|e| io("read", e))?;
@@ -107,41 +99,18 @@ impl IdbStore {
         for (key, value) in keys.iter().zip(values.iter()) {
             let (Some(key), Some(entry)) = (parse_key(key), value.dyn_ref::<Array>()) else { continue };
             let (bytes, used) = (entry.get(0).as_f64().unwrap_or(0.0), entry.get(1).as_f64().unwrap_or(0.0));
-            store.track(key, bytes as u64, used);
+            store.index.track(key, bytes as u64, order(used));
         }
-        let over: Vec<RecordKey> = store.oldest_until(0);
+        let over = store.oldest_until(0);
         if !over.is_empty() {
             store.remove_all(&over).await?;
         }
         Ok(store)
     }
 
-    fn track(&mut self, key: RecordKey, bytes: u64, used: f64) {
-        self.untrack(&key);
-        self.index.insert(key, Entry { bytes, used });
-        self.lru.insert((order(used), key));
-        self.total += bytes;
-    }
-
-    fn untrack(&mut self, key: &RecordKey) {
-        if let Some(old) = self.index.remove(key) {
-            self.lru.remove(&(order(old.used), *key));
-            self.total -= old.bytes;
-        }
-    }
-
     /// The least recently used records whose removal lets `incoming` more bytes fit.
     fn oldest_until(&self, incoming: u64) -> Vec<RecordKey> {
-        let mut total = self.total;
-        let mut out = Vec::new();
-        for (_, key) in &self.lru {
-            if total + incoming <= self.budget {
-                break;
-            }
-            total -= self.index.get(key).map_or(0, |e| e.bytes);
-            out.push(*key);
-        }
-        out
+        self.index.oldest_down_to(self.budget.saturating_sub(incoming))
     }
 
     async fn remove_all(&mut self, keys: &[RecordKey]) -> Result<(), StoreError> {
@@ -153,7 +122,7 @@ impl IdbStore {
         }
         commit(tx, records.transaction()).await?;
         for key in keys {
-            self.untrack(key);
+            self.index.untrack(key);
         }
         Ok(())
     }
@@ -187,7 +156,7 @@ impl SpillStore for IdbStore {
             match value.and_then(|v| v.dyn_into::<Uint8Array>().ok()) {
                 Some(bytes) => out.push(Some(bytes.to_vec())),
                 None => {
-                    self.untrack(key);
+                    self.index.untrack(key);
                     out.push(None);
                 }
             }
@@ -204,7 +173,7 @@ impl SpillStore for IdbStore {
             }
         }
         for (key, bytes) in hits {
-            self.track(key, bytes, used);
+            self.index.track(key, bytes, order(used));
         }
         Ok(out)
     }
@@ -215,7 +184,7 @@ impl SpillStore for IdbStore {
             return Ok(0);
         }
         for (key, _) in &records {
-            self.untrack(key);
+            self.index.untrack(key);
         }
         let incoming: u64 = records.iter().map(|(_, b)| b.len() as u64).sum::<u64>().min(self.budget);
         let evict = self.oldest_until(incoming);
@@ -224,18 +193,9 @@ impl SpillStore for IdbStore {
             Err(StoreError::Quota(_)) => {
                 // The origin's quota is smaller than our budget: give up the older half of what
                 // we hold as well, and try once more.
-                let mut more = evict.clone();
-                let keep = self.total / 2;
-                let mut total = self.total;
-                for (_, key) in &self.lru {
-                    if total <= keep {
-                        break;
-                    }
-                    if !more.contains(key) {
-                        total -= self.index.get(key).map_or(0, |e| e.bytes);
-                        more.push(*key);
-                    }
-                }
+                let keep = self.index.total() / 2;
+                // Both are prefixes of the same LRU order, so this one holds `evict` too.
+                let more = self.index.oldest_down_to(keep.min(self.budget.saturating_sub(incoming)));
                 let retried = self.write(&more, &records, used).await;
                 if retried.is_ok() {
                     self.budget = self.budget.min(keep + incoming);
@@ -246,10 +206,10 @@ impl SpillStore for IdbStore {
         };
         let evicted = result?;
         for key in &evicted {
-            self.untrack(key);
+            self.index.untrack(key);
         }
         for (key, bytes) in &records {
-            self.track(*key, bytes.len() as u64, used);
+            self.index.track(*key, bytes.len() as u64, order(used));
         }
         Ok(records.len())
     }
@@ -259,15 +219,15 @@ impl SpillStore for IdbStore {
     }
 
     async fn keys(&mut self, fingerprint: u128) -> Result<Vec<RecordKey>, StoreError> {
-        Ok(self.index.keys().filter(|k| k.fingerprint == fingerprint).copied().collect())
+        Ok(self.index.keys_of(fingerprint))
     }
 
     async fn clear(&mut self, fingerprint: u128) -> Result<(), StoreError> {
-        let keys: Vec<RecordKey> = self.index.keys().filter(|k| k.fingerprint == fingerprint).copied().collect();
+        let keys = self.index.keys_of(fingerprint);
         self.remove_all(&keys).await
     }
 
     fn stats(&self) -> StoreStats {
-        StoreStats { records: self.index.len(), bytes: self.total, budget_bytes: self.budget }
+        StoreStats { records: self.index.len(), bytes: self.index.total(), budget_bytes: self.budget }
     }
 }

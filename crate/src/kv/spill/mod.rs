@@ -7,6 +7,7 @@
 //! the same on every platform.
 
 pub mod quant;
+mod lru;
 pub mod record;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod dir_store;
