@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use radixlm::engine::sampling::SamplingParams;
 use radixlm::engine::session::ChatSession;
-use radixlm::engine::{Engine, EngineOptions, Generation, Sequence};
+use radixlm::engine::{Engine, EngineOptions};
 use radixlm::gpu::context::LimitsPolicy;
 use radixlm::gpu::executor::{block_on, open};
 use radixlm::kv::pool::page_bytes;
@@ -37,15 +37,7 @@ fn real_engine(opts: EngineOptions) -> Engine {
     engine_with(&common::default_model_bytes(), opts)
 }
 
-/// One request on a fresh sequence, greedy, released afterwards (its pages stay cached).
-fn run(engine: &mut Engine, prompt: &[u32], n: usize) -> Generation {
-    let gpu = engine.gpu.clone();
-    let params = SamplingParams { ignore_eos: true, ..SamplingParams::greedy(n) };
-    let mut seq = Sequence::default();
-    let g = block_on(&gpu, engine.generate(&mut seq, prompt, &params, |_| true)).unwrap();
-    engine.release(&mut seq);
-    g
-}
+use common::run_greedy as run;
 
 fn cycle(tokens: &[u32], n: usize) -> Vec<u32> {
     tokens.iter().copied().cycle().take(n).collect()

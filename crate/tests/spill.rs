@@ -41,14 +41,7 @@ fn engine(bytes: &[u8], dir: &Path, format: SpillFormat, opts: EngineOptions) ->
     engine
 }
 
-fn run(engine: &mut Engine, prompt: &[u32], n: usize) -> Generation {
-    let gpu = engine.gpu.clone();
-    let params = SamplingParams { ignore_eos: true, ..SamplingParams::greedy(n) };
-    let mut seq = Sequence::default();
-    let g = block_on(&gpu, engine.generate(&mut seq, prompt, &params, |_| true)).unwrap();
-    engine.release(&mut seq);
-    g
-}
+use common::run_greedy as run;
 
 /// Both tiers empty, then one greedy run.
 fn cold(engine: &mut Engine, prompt: &[u32], n: usize) -> Generation {

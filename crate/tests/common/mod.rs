@@ -155,3 +155,15 @@ pub fn check_kv_quant(gpu: &radixlm::gpu::Gpu, layout: radixlm::kv::spill::Quant
     }
     check
 }
+
+/// One request on a fresh sequence, greedy for `n` tokens (end of sequence ignored), released
+/// afterwards (its pages stay cached).
+pub fn run_greedy(engine: &mut radixlm::engine::Engine, prompt: &[u32], n: usize) -> radixlm::engine::Generation {
+    use radixlm::engine::sampling::SamplingParams;
+    let gpu = engine.gpu.clone();
+    let params = SamplingParams { ignore_eos: true, ..SamplingParams::greedy(n) };
+    let mut seq = radixlm::engine::Sequence::default();
+    let g = radixlm::gpu::executor::block_on(&gpu, engine.generate(&mut seq, prompt, &params, |_| true)).unwrap();
+    engine.release(&mut seq);
+    g
+}
