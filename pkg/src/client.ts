@@ -22,6 +22,7 @@ import type {
   CompletionChunk,
   CompletionRequest,
   Completions,
+  DeviceLostEvent,
   Engine,
   EngineCache,
   EngineDebug,
@@ -44,7 +45,7 @@ export async function createEngine(options: EngineOptions): Promise<Engine> {
   // Spilled pages should outlive storage pressure; only a window may ask (workers cannot), and a
   // refusal only means the browser may evict them, so the answer is not awaited.
   if (loader.spill !== "off") void navigator.storage?.persist?.().catch(() => false);
-  const link = new WorkerLink(new Worker(new URL("./worker.js", import.meta.url), { type: "module" }));
+  const link = new WorkerLink(new Worker(new URL("./worker.js", import.meta.url), { type: "module" }), options.onDeviceLost);
   try {
     const { result } = link.start("load", { source, options: loader }, { onProgress: options.onProgress }, transfer);
     return new WorkerEngine(link, await result);
@@ -77,7 +78,10 @@ class WorkerLink {
   /** Why no call can be made any more (disposed, or crashed). */
   private closedBy: RadixlmError | undefined;
 
-  constructor(private readonly worker: Worker) {
+  constructor(
+    private readonly worker: Worker,
+    private readonly onDeviceLost: ((event: DeviceLostEvent) => void) | undefined,
+  ) {
     worker.onmessage = (event: MessageEvent<FromWorker>) => this.receive(event.data);
     // The worker script or the wasm glue failed to load, or the worker threw outside any call.
     worker.onerror = (event) => {
@@ -147,6 +151,10 @@ class WorkerLink {
 
   private receive(message: FromWorker): void {
     if (message.kind === "fatal") return this.close(fromWire(message.error));
+    if (message.kind === "deviceLost") {
+      const { error, ...event } = message.event;
+      return this.onDeviceLost?.(error ? { ...event, error: fromWire(error) } : event);
+    }
     const pending = this.pending.get(message.id);
     if (!pending) return; // a call already rejected on this side (disposed, or a closed stream)
     switch (message.kind) {

@@ -29,6 +29,7 @@ export type {
   CompletionChunk,
   CompletionRequest,
   Completions,
+  DeviceLostEvent,
   Engine,
   EngineCache,
   EngineDebug,

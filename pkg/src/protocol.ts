@@ -3,7 +3,7 @@
 // "progress" (loading) or "token" (streaming) events with the same id.
 
 import type { WireError } from "./errors.js";
-import type { CacheStats, ChatMessage, GenerationStats, LoadProgress, ModelInfo } from "./types.js";
+import type { CacheStats, ChatMessage, DeviceLostEvent, GenerationStats, LoadProgress, ModelInfo } from "./types.js";
 
 /** Sampling fields as the wasm engine takes them (`stop` always a list). */
 export interface SamplingParams {
@@ -78,8 +78,15 @@ export type Call<K extends CallKind = CallKind> = { [P in K]: { kind: P; id: num
 /** Page to worker: a call, or "abort" naming the id of a running or queued "generate". */
 export type ToWorker = Call | { kind: "abort"; id: number };
 
-/** Worker to page. "fatal" (no id) means the wasm module died: every call is over. */
+/** A {@link DeviceLostEvent} as posted: the error in its wire form. */
+export type WireDeviceLostEvent = Omit<DeviceLostEvent, "error"> & { error?: WireError };
+
+/**
+ * Worker to page. "fatal" (no id) means the wasm module died: every call is over. "deviceLost"
+ * (no id) reports the engine's move to a new GPU device.
+ */
 export type FromWorker =
+  | { kind: "deviceLost"; event: WireDeviceLostEvent }
   | { kind: "return"; id: number; value: unknown }
   | { kind: "throw"; id: number; error: WireError }
   | { kind: "progress"; id: number; progress: LoadProgress }

@@ -17,6 +17,14 @@ export interface EngineOptions {
   /** Called as the model downloads, uploads to the GPU and compiles. */
   onProgress?: (progress: LoadProgress) => void;
   /**
+   * Called when the GPU device is lost (a driver reset, or the OS taking the GPU from a
+   * background tab) and the engine loads the model onto a new device: once with "reloading",
+   * again with `progress` as it uploads, then "ready" or "failed". Requests made meanwhile wait
+   * for the new device; a reply that was streaming when the device went rejects with
+   * DeviceLostError. The cached prefixes on the GPU are lost; those spilled to IndexedDB are not.
+   */
+  onDeviceLost?: (event: DeviceLostEvent) => void;
+  /**
    * Keep a model fetched from a URL in the Cache API (cache "radixlm-models"), so the next load
    * takes it from disk. Default true. With false the cache is neither read nor written.
    */
@@ -49,6 +57,17 @@ export interface LoadProgress {
   loaded: number;
   /** The file's size, undefined while the server has not said (no Content-Length). */
   total: number | undefined;
+}
+
+/** See {@link EngineOptions.onDeviceLost}. */
+export interface DeviceLostEvent {
+  state: "reloading" | "ready" | "failed";
+  /** What the browser said of the loss. */
+  reason: string;
+  /** The upload to the new device ("reloading" only). */
+  progress?: LoadProgress;
+  /** Why the model could not be loaded again ("failed" only). */
+  error?: Error;
 }
 
 /** What the loaded model and GPU are. */

@@ -104,8 +104,8 @@ export function checkEngineOptions(options: EngineOptions): LoadParams {
     spill: spillFormat(options.spill),
     spill_budget_bytes: number("spillBudgetBytes", options.spillBudgetBytes, "a non-negative integer", (n) => Number.isInteger(n) && n >= 0) ?? DEFAULT_SPILL_BUDGET,
   };
-  if (options.onProgress !== undefined && typeof options.onProgress !== "function") {
-    throw invalid("onProgress", "a function", options.onProgress);
+  for (const name of ["onProgress", "onDeviceLost"] as const) {
+    if (options[name] !== undefined && typeof options[name] !== "function") throw invalid(name, "a function", options[name]);
   }
   if (model instanceof ArrayBuffer) {
     // A buffer given to createEngine before was transferred away and reads as empty.

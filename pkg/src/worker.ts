@@ -19,7 +19,7 @@ import {
 import type { AbortCounts } from "./errors.js";
 import { modelSource, openModel } from "./model_source.js";
 import type { ModelBytes, ModelSource } from "./model_source.js";
-import type { Call, CallKind, FromWorker, Generation, LoaderOptions, ToWorker } from "./protocol.js";
+import type { Call, CallKind, FromWorker, Generation, LoaderOptions, ToWorker, WireDeviceLostEvent } from "./protocol.js";
 import type { LoadProgress, ModelInfo } from "./types.js";
 import init, { WasmLoader, wasm_memory_bytes } from "./wasm/radixlm.js";
 import type { WasmEngine } from "./wasm/radixlm.js";
@@ -136,6 +136,8 @@ class Driver {
   /** What the engine is built from, kept to rebuild it after a lost device. */
   private model: { source: ModelSource; options: string } | undefined;
   private reloads = 0;
+  /** Why the engine's device was lost, from when that is noticed until a new engine is built. */
+  private lost: string | undefined;
   private readonly queue: Job[] = [];
   private current: Job | undefined;
   private pumping = false;
@@ -308,17 +310,56 @@ class Driver {
 
   /** The engine, rebuilt from the kept source (the Cache API or the Blob) if its device was lost. */
   private async ready(): Promise<WasmEngine> {
-    if (this.engine && !this.engine.is_device_lost()) return this.engine;
+    if (this.engine) {
+      const lost = this.engine.device_lost_reason();
+      if (lost === undefined) return this.engine;
+      this.dropLost(lost);
+    }
     if (!this.model) throw new InternalError("No model is loaded: createEngine() did not finish.");
-    this.drop();
-    this.engine = await buildEngine(this.model.source, this.model.options);
+    const reason = this.lost ?? "the engine was dropped";
+    this.notify({ state: "reloading", reason });
+    try {
+      this.engine = await buildEngine(this.model.source, this.model.options, (progress) =>
+        this.notify({ state: "reloading", reason, progress }),
+      );
+    } catch (error) {
+      this.notify({ state: "failed", reason, error: toWire(fromEngine(error)) });
+      throw error;
+    }
+    this.lost = undefined;
     this.reloads++;
+    this.notify({ state: "ready", reason });
     return this.engine;
+  }
+
+  private notify(event: WireDeviceLostEvent): void {
+    this.post({ kind: "deviceLost", event });
   }
 
   private drop(): void {
     this.engine?.free();
     this.engine = undefined;
+  }
+
+  /** Drops an engine whose device is gone, remembering why for the reload's events. */
+  private dropLost(reason: string): void {
+    this.lost = reason;
+    this.drop();
+  }
+
+  /**
+   * Moves to a new device as soon as a loss is seen while idle (a browser may take the GPU from
+   * a background tab), so the model is back before the user's next request rather than after it.
+   */
+  watchDevice(): void {
+    if (this.pumping || this.busy || this.crashed || !this.engine?.is_device_lost()) return;
+    this.pumping = true;
+    void this.ready()
+      .catch(() => {}) // told to the page as a "failed" event; the next call tries again
+      .finally(() => {
+        this.pumping = false;
+        if (this.queue.length > 0) void this.pump();
+      });
   }
 
   /**
@@ -332,7 +373,7 @@ class Driver {
         return await use(engine);
       } catch (error) {
         if (!isDeviceLost(error, engine)) throw error;
-        this.drop();
+        this.dropLost(engine.device_lost_reason() ?? (error instanceof Error ? error.message : String(error)));
         if (retried || job.emitted) {
           const cause = error instanceof Error ? error.message : String(error);
           throw new DeviceLostError(`The GPU device was lost (${cause}). ${DeviceLostError.advice}`);
@@ -390,8 +431,12 @@ class Driver {
   }
 }
 
+/** How often an idle worker checks its GPU device (a flag read: cheap). */
+const DEVICE_WATCH_MS = 1000;
+
 const driver = new Driver();
 scope.onmessage = (event) => driver.receive(event.data);
+setInterval(() => driver.watchDevice(), DEVICE_WATCH_MS);
 // A wasm panic (logged to the console by the crate's panic hook) surfaces as an uncaught trap,
 // often inside a future, where no pending promise will ever settle: report it to the page.
 scope.addEventListener("error", (event) => {

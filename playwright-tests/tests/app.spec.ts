@@ -5,6 +5,14 @@ import { chromium, type Page, type TestInfo } from "@playwright/test";
 import { BASE_FLAGS, CHROMIUM_PATH, ORIGIN } from "../browser";
 import { TINY_UNTIED_MODEL, testModelUrl } from "../paths";
 import { expect, test } from "./fixtures";
+import type { Engine } from "./radixlm";
+
+declare global {
+  interface Window {
+    /** The app's handle on its engine (web/src/main.ts). */
+    radixlmChat?: { engine: Engine };
+  }
+}
 
 const APP = `/?model=${encodeURIComponent(testModelUrl(TINY_UNTIED_MODEL))}`;
 
@@ -83,9 +91,85 @@ test("new chat, reload, and the conversations are still there", async ({ page })
   await expect(list.getByRole("button", { name: "Second conversation", exact: true })).toBeAttached();
   await list.getByRole("button", { name: "First conversation", exact: true }).click({ force: true });
   await expect(mine(page)).toHaveText(/First conversation/);
-  page.on("dialog", (d) => void d.accept());
-  await list.getByRole("button", { name: "Delete First conversation" }).click({ force: true });
-  await expect(list.getByRole("button", { name: "First conversation", exact: true })).toHaveCount(0);
+});
+
+test("a conversation is renamed in place and deleted after a confirmation", async ({ page }, testInfo) => {
+  await page.goto("/");
+  await setMaxTokens(page, 8);
+  await openApp(page);
+  await send(page, "Keep this one");
+  await page.getByRole("button", { name: "New chat" }).click();
+  await send(page, "Throw this one away");
+  await page.getByRole("button", { name: "New chat" }).click();
+  const list = page.getByRole("complementary", { name: "Conversations" });
+  await list.getByRole("button", { name: "Rename Keep this one" }).click();
+  const name = list.getByRole("textbox", { name: "Conversation name" });
+  await name.fill("Lighthouse notes");
+  await name.press("Enter");
+  await expect(list.getByRole("button", { name: "Lighthouse notes", exact: true })).toBeVisible();
+  // Esc keeps the old name.
+  await list.getByRole("button", { name: "Rename Lighthouse notes" }).click();
+  await name.fill("Not this");
+  await name.press("Escape");
+  await expect(list.getByRole("button", { name: "Lighthouse notes", exact: true })).toBeVisible();
+
+  const dialog = page.getByRole("dialog", { name: "Delete this conversation?" });
+  await list.getByRole("button", { name: "Delete Throw this one away" }).click();
+  await expect(dialog).toBeVisible();
+  await shot(page, testInfo, "delete-dialog");
+  await dialog.getByRole("button", { name: "Cancel" }).click();
+  await expect(list.getByRole("button", { name: "Throw this one away", exact: true })).toBeVisible();
+  await list.getByRole("button", { name: "Delete Throw this one away" }).click();
+  await dialog.getByRole("button", { name: "Delete" }).click();
+  await expect(list.getByRole("button", { name: "Throw this one away", exact: true })).toHaveCount(0);
+
+  await page.reload();
+  await expect(page.getByRole("textbox", { name: "Message" })).toBeEnabled({ timeout: 60_000 });
+  await expect(list.getByRole("button", { name: "Lighthouse notes", exact: true })).toBeAttached();
+  await expect(list.getByRole("button", { name: "Throw this one away", exact: true })).toHaveCount(0);
+});
+
+test("once opened, the page and the model work offline", async ({ page, context }, testInfo) => {
+  await page.goto("/");
+  await setMaxTokens(page, 8);
+  await openApp(page);
+  // The service worker keeps the app's files; the package keeps the model in the Cache API.
+  await page.evaluate(async () => void (await navigator.serviceWorker.ready));
+  await expect
+    .poll(() => page.evaluate(async (url) => (await caches.match(new URL(url, location.href).href)) !== undefined, testModelUrl(TINY_UNTIED_MODEL)))
+    .toBe(true);
+  await context.setOffline(true);
+  try {
+    await page.reload();
+    await expect(page.getByRole("textbox", { name: "Message" })).toBeEnabled({ timeout: 60_000 });
+    await send(page, "Are you there without a network?");
+    await expect(replies(page)).toHaveCount(1);
+    await expect(replies(page).first().locator(".content")).not.toBeEmpty();
+    await shot(page, testInfo, "offline");
+  } finally {
+    await context.setOffline(false);
+  }
+});
+
+test("a GPU reset shows its screen while the model reloads, and the chat goes on", async ({ page }, testInfo) => {
+  await page.goto("/");
+  await setMaxTokens(page, 8);
+  await openApp(page);
+  await send(page, "Before the reset");
+  const screen = page.getByRole("dialog", { name: "The GPU was reset — reloading the model" });
+  await page.evaluate(async () => {
+    const engine = window.radixlmChat?.engine;
+    if (!engine) throw new Error("the app exposes no engine");
+    await engine.debug.destroyDevice();
+  });
+  await expect(screen).toBeVisible({ timeout: 30_000 });
+  await shot(page, testInfo, "gpu-reset");
+  await expect(screen).toBeHidden({ timeout: 60_000 });
+  await expect(page.getByText("The model is back on the GPU.")).toBeVisible();
+  await send(page, "After the reset");
+  await expect(replies(page)).toHaveCount(2);
+  await expect(replies(page).nth(1).locator(".content")).not.toBeEmpty();
+  expect(await page.evaluate(() => window.radixlmChat?.engine.debug.reloads())).toBe(1);
 });
 
 test("editing an earlier message starts a branch that reuses the shared prefix, and the old branch stays", async ({ page }, testInfo) => {

@@ -1,7 +1,7 @@
 // The chat page: a conversation list, the conversation on screen, a composer, and a panel with
 // the system prompt, sampling settings and what the prefix cache holds and did for the last reply.
 
-import { AbortError, createEngine, WebGPUUnavailableError, type ChatMessage, type Engine } from "radixlm";
+import { AbortError, createEngine, NoAdapterError, WebGPUUnavailableError, type ChatMessage, type DeviceLostEvent, type Engine } from "radixlm";
 import { append, branch, newConversation, showBranchOf, siblings, ConversationStore, type Conversation, type Message, type ReplyStats } from "./conversations";
 import { bytes, LoadMeter } from "./loading";
 import { renderMarkdown } from "./markdown";
@@ -45,7 +45,16 @@ const ui = {
   progressText: $<HTMLParagraphElement>("progress-text"),
   retry: $<HTMLButtonElement>("retry"),
   toast: $<HTMLDivElement>("toast"),
+  confirm: $<HTMLDialogElement>("confirm"),
+  confirmText: $<HTMLParagraphElement>("confirm-text"),
 };
+
+declare global {
+  interface Window {
+    /** The chat's engine, for the browser console (and the tests' device-loss hook). */
+    radixlmChat?: { engine: Engine };
+  }
+}
 
 /** Settings kept across visits (the conversations themselves are in IndexedDB). */
 const settings = {
@@ -87,11 +96,23 @@ function showScreen(title: string, text: string, opts: { progress?: boolean; ret
   ui.retry.hidden = !opts.retry;
 }
 
+let toastTimer = 0;
 function toast(text: string): void {
   ui.toast.textContent = text;
   ui.toast.hidden = false;
-  setTimeout(() => (ui.toast.hidden = true), 6000);
+  clearTimeout(toastTimer);
+  toastTimer = window.setTimeout(() => (ui.toast.hidden = true), 6000);
 }
+
+/** Asks in a modal dialog; resolves to whether the person chose `yes`. */
+function ask(text: string): Promise<boolean> {
+  ui.confirmText.textContent = text;
+  ui.confirm.returnValue = "";
+  ui.confirm.showModal();
+  return new Promise((resolve) => ui.confirm.addEventListener("close", () => resolve(ui.confirm.returnValue === "yes"), { once: true }));
+}
+
+const message = (error: unknown): string => (error instanceof Error ? error.message : String(error));
 
 function dl(target: HTMLDListElement, rows: [string, string][]): void {
   target.replaceChildren(
@@ -109,7 +130,6 @@ class ChatApp {
   private conversations: Conversation[] = [];
   private current: Conversation;
   private running: AbortController | null = null;
-  private reloads = 0;
 
   constructor(
     private readonly engine: Engine,
@@ -208,7 +228,7 @@ class ChatApp {
       await this.engine.cache.pin([{ role: "system", content: system }]);
       settings.pinned = system;
     } catch (error) {
-      toast(`Could not pin the system prompt: ${error instanceof Error ? error.message : String(error)}`);
+      toast(`Could not pin the system prompt: ${message(error)}`);
       settings.pinned = null;
     }
     ui.pin.checked = settings.pinned !== null;
@@ -286,7 +306,7 @@ class ChatApp {
       else {
         answer.content += answer.content ? "\n\n" : "";
         answer.stopped = true;
-        toast(error instanceof Error ? error.message : String(error));
+        toast(message(error));
       }
     } finally {
       this.running = null;
@@ -295,7 +315,6 @@ class ChatApp {
     }
     await this.save();
     this.render();
-    await this.noticeReload();
     await this.refreshCache(answer.stats);
   }
 
@@ -303,12 +322,6 @@ class ChatApp {
     ui.send.hidden = running;
     ui.stop.hidden = !running;
     if (!running) ui.input.focus();
-  }
-
-  private async noticeReload(): Promise<void> {
-    const reloads = await this.engine.debug.reloads();
-    if (reloads > this.reloads) toast("The GPU was reset, so the model was loaded again. Your conversation is intact.");
-    this.reloads = reloads;
   }
 
   private async save(): Promise<void> {
@@ -440,29 +453,60 @@ class ChatApp {
       rename.type = "button";
       rename.textContent = "✎";
       rename.setAttribute("aria-label", `Rename ${c.title}`);
-      rename.addEventListener("click", () => {
-        const title = prompt("Rename the conversation", c.title)?.trim();
-        if (!title) return;
-        c.title = title;
-        void this.store.save(c).then(() => this.render());
-      });
+      rename.addEventListener("click", () => this.renameInPlace(li, c));
       const remove = document.createElement("button");
       remove.type = "button";
       remove.textContent = "✕";
       remove.setAttribute("aria-label", `Delete ${c.title}`);
-      remove.addEventListener("click", () => {
-        if (this.running && c.id === this.current.id) return;
-        if (!confirm(`Delete "${c.title}"?`)) return;
-        void this.store.remove(c.id).then(() => {
-          this.conversations = this.conversations.filter((x) => x.id !== c.id);
-          if (c.id === this.current.id) this.current = this.conversations[0] ?? newConversation(settings.system);
-          this.render();
-        });
-      });
+      remove.addEventListener("click", () => void this.remove(c));
       li.append(open, rename, remove);
       return li;
     });
     ui.list.replaceChildren(...items);
+  }
+
+  /** Turns a list entry into a name field: Enter or leaving it saves, Esc keeps the old name. */
+  private renameInPlace(li: HTMLLIElement, c: Conversation): void {
+    const form = document.createElement("form");
+    form.className = "rename";
+    const field = document.createElement("input");
+    field.type = "text";
+    field.value = c.title;
+    field.setAttribute("aria-label", "Conversation name");
+    let done = false;
+    const finish = (save: boolean) => {
+      if (done) return;
+      done = true;
+      const title = field.value.trim();
+      if (save && title && title !== c.title) {
+        c.title = title;
+        void this.store.save(c).then(() => this.render());
+      } else this.renderList();
+    };
+    form.addEventListener("submit", (e) => {
+      e.preventDefault();
+      finish(true);
+    });
+    field.addEventListener("keydown", (e) => {
+      if (e.key === "Escape") {
+        e.preventDefault();
+        e.stopPropagation();
+        finish(false);
+      }
+    });
+    field.addEventListener("blur", () => finish(true));
+    form.append(field);
+    li.replaceChildren(form);
+    field.select();
+  }
+
+  private async remove(c: Conversation): Promise<void> {
+    if (this.running && c.id === this.current.id) return;
+    if (!(await ask(`"${c.title}" and all its replies will be deleted from this device.`))) return;
+    await this.store.remove(c.id);
+    this.conversations = this.conversations.filter((x) => x.id !== c.id);
+    if (c.id === this.current.id) this.current = this.conversations[0] ?? newConversation(settings.system);
+    this.render();
   }
 
   private scrollToEnd(): void {
@@ -492,17 +536,33 @@ class ChatApp {
   }
 }
 
-async function boot(): Promise<void> {
-  if (!("gpu" in navigator) || !navigator.gpu) {
-    showScreen("This browser has no WebGPU", `The model runs on your GPU through WebGPU. Open this page in ${WEBGPU_BROWSERS}`);
-    return;
+let reloadMeter = new LoadMeter();
+
+/** Shows the engine's move to a new GPU device; the conversations and the app stay as they are. */
+function deviceLost(event: DeviceLostEvent): void {
+  if (event.state === "reloading") {
+    if (!event.progress) reloadMeter = new LoadMeter();
+    showScreen("The GPU was reset — reloading the model", "Your conversations are safe. This takes a few seconds.", { progress: true });
+    if (event.progress) {
+      const { fraction, text } = reloadMeter.read(event.progress);
+      ui.progress.value = fraction;
+      ui.progressText.textContent = text;
+    }
+  } else if (event.state === "ready") {
+    ui.screen.hidden = true;
+    toast("The model is back on the GPU.");
+  } else {
+    retry = () => location.reload();
+    showScreen("The model failed to load", `The GPU was reset and the model could not be loaded again: ${message(event.error)}`, { retry: true });
   }
+}
+
+async function boot(): Promise<void> {
   const model = new URLSearchParams(location.search).get("model") ?? DEFAULT_MODEL;
   const meter = new LoadMeter();
   showScreen("Loading the model", "It runs on this device's GPU; nothing you type leaves it.", { progress: true });
-  let engine: Engine;
   try {
-    const [loaded, store] = await Promise.all([
+    const [engine, store] = await Promise.all([
       createEngine({
         model,
         onProgress: (p) => {
@@ -510,20 +570,35 @@ async function boot(): Promise<void> {
           ui.progress.value = fraction;
           ui.progressText.textContent = text;
         },
+        onDeviceLost: deviceLost,
       }),
       ConversationStore.open(),
     ]);
-    engine = loaded;
+    window.radixlmChat = { engine };
     ui.screen.hidden = true;
     await new ChatApp(engine, store).start();
   } catch (error) {
     if (error instanceof WebGPUUnavailableError) {
-      showScreen("This browser has no WebGPU", `${error.message} The page needs ${WEBGPU_BROWSERS}`);
+      const where = error instanceof NoAdapterError ? ` WebGPU works in ${WEBGPU_BROWSERS}` : "";
+      showScreen("This browser has no WebGPU", `${error.message}${where}`);
       return;
     }
-    showScreen("The model failed to load", error instanceof Error ? error.message : String(error), { retry: true });
+    showScreen("The model failed to load", message(error), { retry: true });
   }
 }
 
-ui.retry.addEventListener("click", () => void boot());
+/** What "Try again" does: load again, or (after a failed reload onto a new device) start over. */
+let retry = (): void => void boot();
+ui.retry.addEventListener("click", () => retry());
+
+// The app has no error it expects to go uncaught: say so on screen rather than fail silently.
+window.addEventListener("error", (e) => toast(`Something went wrong: ${e.message}`));
+window.addEventListener("unhandledrejection", (e) => toast(`Something went wrong: ${message(e.reason)}`));
+
+// The app's files are kept by a service worker (and the model by the package, in the Cache
+// API), so the page opens and answers offline after one visit.
+if ("serviceWorker" in navigator) {
+  navigator.serviceWorker.register("/sw.js").catch((error: unknown) => console.warn(`radixlm chat: no offline copy (${message(error)})`));
+}
+
 void boot();

@@ -141,12 +141,17 @@ impl Gpu {
     /// Whether the device was lost (a driver reset, iOS taking the GPU of a background tab,
     /// `destroy`).
     pub fn is_lost(&self) -> bool {
-        self.health.lost.lock().map(|l| l.is_some()).unwrap_or(true)
+        self.lost_reason().is_some()
+    }
+
+    /// Why the device was lost, if it was (the reason and the driver's message).
+    pub fn lost_reason(&self) -> Option<String> {
+        self.health.lost.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// The device's loss or the first error no scope captured since the last call, if any.
     pub fn check(&self) -> Result<(), GpuError> {
-        if let Some(reason) = self.health.lost.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+        if let Some(reason) = self.lost_reason() {
             return Err(GpuError::DeviceLost(reason));
         }
         match self.health.uncaptured.lock().unwrap_or_else(|p| p.into_inner()).take() {

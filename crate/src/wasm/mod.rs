@@ -465,7 +465,12 @@ impl WasmEngine {
     }
 
     pub fn is_device_lost(&self) -> bool {
-        self.state.try_borrow().map(|st| st.engine.gpu.is_lost()).unwrap_or(false)
+        self.device_lost_reason().is_some()
+    }
+
+    /// Why the device was lost, if it was; `undefined` too while a step holds the engine.
+    pub fn device_lost_reason(&self) -> Option<String> {
+        self.state.try_borrow().ok().and_then(|st| st.engine.gpu.lost_reason())
     }
 }
 

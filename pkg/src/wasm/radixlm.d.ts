@@ -49,6 +49,8 @@ export class WasmEngine {
   destroy_device_for_test(): void;
   /** true once the device is lost. */
   is_device_lost(): boolean;
+  /** Why the device was lost; undefined if it was not (or while a step holds the engine). */
+  device_lost_reason(): string | undefined;
   free(): void;
 }
 
