@@ -1,6 +1,5 @@
 import { defineConfig } from "@playwright/test";
-import { CHROMIUM_PATH, ORIGIN, PORT, WEBGPU_ARGS } from "./browser";
-import { SERVE_LOG } from "./paths";
+import { CHROMIUM_PATH, ORIGIN, SERVER, WEBGPU_ARGS } from "./browser";
 
 // The model runs on a CPU-emulated GPU (SwiftShader) on a small machine: one test at a time,
 // and timeouts sized for seconds per prompt rather than milliseconds.
@@ -30,15 +29,5 @@ export default defineConfig({
       },
     },
   ],
-  webServer: {
-    command: `node ../scripts/serve.mjs --port ${PORT}`,
-    url: `${ORIGIN}/harness/`,
-    wait: { stdout: /radixlm: serving http:\/\// },
-    // Always our own server: the reload test reads the request log this one writes.
-    reuseExistingServer: false,
-    env: { RADIXLM_SERVE_LOG: SERVE_LOG },
-    stdout: "ignore",
-    stderr: "pipe",
-    timeout: 30_000,
-  },
+  webServer: SERVER,
 });

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Idempotent set-up for a fresh Debian machine: system packages (Mesa's Vulkan drivers, Node.js,
-# Chromium for the browser tests), the Rust wasm target, wasm-bindgen-cli at the exact version
+# Chromium for the browser tests, WebKitGTK's MiniBrowser, WebKitWebDriver and Xvfb for the
+# WebKit smoke test), the Rust wasm target, wasm-bindgen-cli at the exact version
 # of Cargo.lock, the npm packages of pkg/ and playwright-tests/, and the default model. Safe to
 # run again: each step checks before it acts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need_apt=()
-for pkg in mesa-vulkan-drivers libvulkan1 unzip chromium chromium-driver; do
+for pkg in mesa-vulkan-drivers libvulkan1 unzip chromium chromium-driver libwebkit2gtk-4.1-0 webkit2gtk-driver xvfb; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 command -v npm >/dev/null 2>&1 || need_apt+=(nodejs npm)
