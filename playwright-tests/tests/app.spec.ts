@@ -172,29 +172,54 @@ test("a GPU reset shows its screen while the model reloads, and the chat goes on
   expect(await page.evaluate(() => window.radixlmChat?.engine.debug.reloads())).toBe(1);
 });
 
+/** A reply's "N of M prompt tokens from the cache" line. */
+async function promptTokens(reply: ReturnType<Page["locator"]>): Promise<{ fromCache: number; total: number }> {
+  const text = (await reply.locator(".tools").textContent()) ?? "";
+  const m = /(\d+) of (\d+) prompt tokens from the cache/.exec(text);
+  if (!m) throw new Error(`no prompt token line in "${text}"`);
+  return { fromCache: Number(m[1]), total: Number(m[2]) };
+}
+
 test("editing an earlier message starts a branch that reuses the shared prefix, and the old branch stays", async ({ page }, testInfo) => {
   await page.goto("/");
   await setMaxTokens(page, 8);
   await openApp(page);
   await send(page, "What is the tower made of?");
   await send(page, "And how tall is it?");
-  const first = mine(page).first();
-  await first.getByRole("button", { name: "Edit and resend" }).click();
+  const panel = page.getByRole("complementary", { name: "Settings and cache" });
+  const pageSize = Number(/\((\d+) tokens each\)/.exec((await panel.textContent()) ?? "")?.[1]);
+  expect(pageSize).toBeGreaterThan(0);
+  const firstPrompt = (await promptTokens(replies(page).first())).total;
+  const whole = (n: number) => n - (n % pageSize);
+
+  // Editing the second message shares the first exchange: its prompt, at least, comes from the cache.
+  await mine(page).nth(1).getByRole("button", { name: "Edit and resend" }).click();
   const edited = page.getByRole("textbox", { name: "Edited message" });
+  await edited.fill("And how heavy is it?");
+  await edited.press("Enter");
+  await expect(page.getByRole("button", { name: "Stop" })).toBeHidden({ timeout: 120_000 });
+  await expect(mine(page).nth(1)).toContainText("2 / 2");
+  const second = await promptTokens(replies(page).nth(1));
+  expect(second.fromCache, `the first request's ${firstPrompt} prompt tokens, in whole pages of ${pageSize}`).toBeGreaterThanOrEqual(whole(firstPrompt));
+
+  // Editing the first message shares the system prompt only.
+  await mine(page).first().getByRole("button", { name: "Edit and resend" }).click();
   await edited.fill("What is the lamp made of?");
   await edited.press("Enter");
   await expect(page.getByRole("button", { name: "Stop" })).toBeHidden({ timeout: 120_000 });
   await expect(mine(page)).toHaveCount(1);
   await expect(mine(page).first()).toContainText("2 / 2");
-  // The system prompt's pages are shared by both branches: the new reply reused them.
-  const stats = await replies(page).first().textContent();
-  const reused = Number(/(\d+) of (\d+) prompt tokens from the cache/.exec(stats ?? "")?.[1] ?? "0");
-  expect(reused, stats ?? "").toBeGreaterThan(0);
+  const system = await promptTokens(replies(page).first());
+  expect(system.fromCache, "the system prompt's whole pages").toBeGreaterThanOrEqual(pageSize);
+  expect(system.fromCache).toBeLessThan(firstPrompt);
   await shot(page, testInfo, "branched");
+
+  // The old branch, with its own edited version, is still there.
   await mine(page).first().getByRole("button", { name: "Previous version" }).click();
   await expect(mine(page)).toHaveCount(2);
   await expect(mine(page).first()).toContainText("What is the tower made of?");
   await expect(mine(page).first()).toContainText("1 / 2");
+  await expect(mine(page).nth(1)).toContainText("And how heavy is it?");
 });
 
 test("pinning the system prompt shows in the cache panel", async ({ page }) => {
