@@ -26,6 +26,8 @@ const MOUNTS = [
   ["/models/", "models"],
   ["/test-models/", path.join("target", "test-models")],
   ["/harness/", path.join("playwright-tests", "harness")],
+  // The browser benchmarks' peer engine (llama.cpp in wasm), from playwright-tests' packages.
+  ["/wllama/", path.join("playwright-tests", "node_modules", "@wllama", "wllama", "esm")],
   // The chat app (web/, built by Vite) at the root: everything no mount above claims.
   ["/", path.join("web", "dist")],
 ];

@@ -1,18 +1,39 @@
-//! Benchmarks shared by the CLI and, later, the browser. Each returns a report that prints
-//! itself as a table and serialises to JSON.
+//! Benchmarks shared by the CLI and the browser. Each returns a report that prints itself as a
+//! table and serialises to JSON. The prefix benchmark's texts, lengths and near-tie rule are in
+//! `bench_protocol.json`, which the browser benchmarks (playwright-tests/bench/) read too.
 
 use std::fmt;
+use std::sync::LazyLock;
 
 use crate::engine::sampling::SamplingParams;
 use crate::engine::{Engine, EngineError, Sequence};
 
-/// Deterministic filler text for prompts of an exact token length.
-const FILLER: &str = "The lighthouse keeper climbed the spiral stairs at dusk, trimmed the wick, \
-polished the great lens, and wrote the wind, the sea state and every passing ship in the log. ";
+/// The prefix benchmark's protocol, as `bench_protocol.json` states it.
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct Protocol {
+    /// Deterministic filler text for prompts of an exact token length.
+    pub filler: String,
+    /// A question that depends on the document before it, so its answer changes without one.
+    pub question: String,
+    pub prefix_lens: Vec<usize>,
+    /// The lengths `--long` adds (slow on software GPUs).
+    pub long_prefix_lens: Vec<usize>,
+    pub delta: usize,
+    pub repeats: usize,
+    pub check_tokens: usize,
+    /// Below this lead of the top logit over the runner-up (in logits) a step is a near tie: two
+    /// numerically different but correct paths (restored KV is quantized) may pick either
+    /// token, as in the comparisons with llama.cpp. A lost prefix parts from cold at decisive steps.
+    pub near_tie: f32,
+}
+
+/// The protocol file is part of the source: a unit test parses it, so this cannot fail at run time.
+pub static PROTOCOL: LazyLock<Protocol> =
+    LazyLock::new(|| serde_json::from_str(include_str!("bench_protocol.json")).unwrap_or_else(|e| panic!("bench_protocol.json: {e}")));
 
 /// The first `n` tokens of the filler text repeated.
 pub fn prompt_of_len(engine: &Engine, n: usize) -> Result<Vec<u32>, EngineError> {
-    let unit = engine.tokenizer.encode(FILLER, false)?;
+    let unit = engine.tokenizer.encode(&PROTOCOL.filler, false)?;
     Ok(unit.iter().copied().cycle().take(n).collect())
 }
 
@@ -86,9 +107,6 @@ pub fn percentile(xs: &[f64], p: f64) -> f64 {
     v[lo] + (v[hi] - v[lo]) * (rank - lo as f64)
 }
 
-/// A question that depends on the document before it, so its answer changes without one.
-const QUESTION: &str = "\nQuestion: what did the keeper write in the log each evening, and why? Answer:";
-
 /// Settings of the prefix-cache benchmark.
 #[derive(Debug, Clone)]
 pub struct PrefixBenchConfig {
@@ -101,7 +119,8 @@ pub struct PrefixBenchConfig {
 
 impl Default for PrefixBenchConfig {
     fn default() -> Self {
-        Self { prefix_lens: vec![128, 512, 1024], delta: 32, repeats: 5, check_tokens: 32 }
+        let p = &*PROTOCOL;
+        Self { prefix_lens: p.prefix_lens.clone(), delta: p.delta, repeats: p.repeats, check_tokens: p.check_tokens }
     }
 }
 
@@ -176,11 +195,11 @@ enum CachePath {
 /// a spill store is attached); control = the suffix alone. TTFTs are measured in interleaved
 /// repeats, warm also with the spill tier detached. Correctness is part of the measurement:
 /// warm's greedy tokens must equal cold's, restored's too or part from them only at a near tie
-/// ([`NEAR_TIE`]: its KV is quantized), both must differ from the control's (a cache that
+/// ([`Protocol::near_tie`]: its KV is quantized), both must differ from the control's (a cache that
 /// dropped the prefix would answer like the control), the restored path must have restored the
 /// prefix, and every timed run's first token must equal cold's. A failed control voids the row.
 pub async fn prefix(engine: &mut Engine, cfg: &PrefixBenchConfig) -> Result<PrefixReport, EngineError> {
-    let question = engine.tokenizer.encode(QUESTION, false)?;
+    let question = engine.tokenizer.encode(&PROTOCOL.question, false)?;
     let suffix: Vec<u32> = question.iter().copied().cycle().take(cfg.delta).collect();
     let greedy = |n| SamplingParams { ignore_eos: true, ..SamplingParams::greedy(n) };
     let spill = engine.spill_stats().map(|s| s.format);
@@ -290,11 +309,6 @@ pub async fn prefix(engine: &mut Engine, cfg: &PrefixBenchConfig) -> Result<Pref
     })
 }
 
-/// Below this lead of the top logit over the runner-up (in logits) a step is a near tie: two
-/// numerically different but correct paths (restored KV is quantized) may pick either token,
-/// as in the comparisons with llama.cpp. A lost prefix parts from cold at decisive steps.
-pub const NEAR_TIE: f32 = 0.1;
-
 /// How a run's greedy tokens compare with cold's.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Agreement {
@@ -318,7 +332,7 @@ impl Agreement {
     pub fn passes(&self) -> bool {
         match *self {
             Agreement::Exact { .. } => true,
-            Agreement::Differs { gap, .. } => gap < NEAR_TIE,
+            Agreement::Differs { gap, .. } => gap < PROTOCOL.near_tie,
         }
     }
 }
@@ -328,7 +342,7 @@ impl fmt::Display for Agreement {
         match *self {
             Agreement::Exact { tokens } => write!(f, "{tokens}/{tokens} equal"),
             Agreement::Differs { at, tokens, gap } => {
-                let kind = if gap < NEAR_TIE { "a near tie" } else { "a decisive step" };
+                let kind = if gap < PROTOCOL.near_tie { "a near tie" } else { "a decisive step" };
                 write!(f, "{at}/{tokens} equal, then {kind} (cold's top-2 gap {gap:.4})")
             }
         }
@@ -403,6 +417,15 @@ impl fmt::Display for PrefixReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_protocol_file_parses_and_is_sane() {
+        let p = &*PROTOCOL;
+        assert!(!p.filler.is_empty() && !p.question.is_empty());
+        assert!(p.prefix_lens.iter().chain(&p.long_prefix_lens).all(|&n| n > 0));
+        assert!(p.delta > 0 && p.repeats >= 5 && p.check_tokens > 0);
+        assert!(p.near_tie > 0.0 && p.near_tie < 1.0);
+    }
 
     #[test]
     fn agreement_allows_a_first_difference_only_at_a_near_tie() {

@@ -334,6 +334,7 @@ function chatShapes(h: Head): Shapes<ChatCompletion, ChatCompletionChunk> {
       usage: usage(g),
       stats: g.stats,
       tokens: g.tokens,
+      top2_gaps: g.top2Gaps,
     }),
     piece: (content, first) => ({
       ...h,
@@ -347,6 +348,7 @@ function chatShapes(h: Head): Shapes<ChatCompletion, ChatCompletionChunk> {
       usage: usage(g),
       stats: g.stats,
       tokens: g.tokens,
+      top2_gaps: g.top2Gaps,
     }),
   };
 }
@@ -361,6 +363,7 @@ function completionShapes(h: Head): Shapes<Completion, CompletionChunk> {
       usage: usage(g),
       stats: g.stats,
       tokens: g.tokens,
+      top2_gaps: g.top2Gaps,
     }),
     piece: (text) => ({ ...h, object, choices: [{ index: 0, text, finish_reason: null }] }),
     last: (g) => ({
@@ -370,6 +373,7 @@ function completionShapes(h: Head): Shapes<Completion, CompletionChunk> {
       usage: usage(g),
       stats: g.stats,
       tokens: g.tokens,
+      top2_gaps: g.top2Gaps,
     }),
   };
 }

@@ -25,11 +25,12 @@ export const parseStep = (json: string): StepEvent => JSON.parse(json) as StepEv
 /** WasmEngine.abort()'s answer: the "done" event, or null when no request was running. */
 export const parseAbort = (json: string): DoneEvent | null => JSON.parse(json) as DoneEvent | null;
 
-/** A finished request; "context_full" is reported as OpenAI's "length". */
-export function generation(done: DoneEvent): Generation {
+/** A finished request, with each token's top-2 logit gap from its step; "context_full" is reported as OpenAI's "length". */
+export function generation(done: DoneEvent, top2Gaps: number[]): Generation {
   return {
     text: done.text,
     tokens: done.tokens,
+    top2Gaps,
     finishReason: done.finish_reason === "stop" ? "stop" : "length",
     usage: done.usage,
     stats: done.stats,

@@ -13,6 +13,7 @@ export interface SamplingParams {
   top_k?: number;
   seed?: number;
   stop?: string[];
+  ignore_eos?: boolean;
 }
 
 /** A validated chat request, sent to WasmEngine.start_chat as JSON. */
@@ -47,6 +48,8 @@ export interface LoaderOptions {
 export interface Generation {
   text: string;
   tokens: number[];
+  /** Per token: its logit's lead over the runner-up's. */
+  top2Gaps: number[];
   finishReason: "stop" | "length";
   usage: { prompt_tokens: number; completion_tokens: number; cached_tokens: number; restored_tokens: number };
   stats: GenerationStats;

@@ -111,6 +111,8 @@ export interface SamplingRequest {
   seed?: number;
   /** Generation stops when the reply ends with one of these; the stop string is not returned. */
   stop?: string | string[];
+  /** radixlm extra, as llama.cpp's: never choose an end-of-sequence token, so the reply runs to `max_tokens`. */
+  ignore_eos?: boolean;
   /** Aborts the request: it rejects (or its stream throws) with an AbortError. */
   signal?: AbortSignal;
   /** true: resolve to an async iterable of chunks as tokens arrive. */
@@ -179,11 +181,13 @@ export interface ChatCompletion {
   stats: GenerationStats;
   /** radixlm extra: the generated token ids. */
   tokens: number[];
+  /** radixlm extra: per generated token, its logit's lead over the runner-up's (under ~0.1: a near tie). */
+  top2_gaps: number[];
 }
 
 /**
  * One piece of a streamed chat reply. The first carries `delta.role`; the last has an empty
- * delta, `finish_reason`, `usage`, `stats` and `tokens`. The `delta.content`s concatenated are
+ * delta, `finish_reason`, `usage`, `stats`, `tokens` and `top2_gaps`. The `delta.content`s concatenated are
  * the reply.
  */
 export interface ChatCompletionChunk {
@@ -195,6 +199,7 @@ export interface ChatCompletionChunk {
   usage?: Usage;
   stats?: GenerationStats;
   tokens?: number[];
+  top2_gaps?: number[];
 }
 
 /** A whole text completion. */
@@ -207,6 +212,7 @@ export interface Completion {
   usage: Usage;
   stats: GenerationStats;
   tokens: number[];
+  top2_gaps: number[];
 }
 
 /** One piece of a streamed text completion; the last has empty text, `finish_reason` and `usage`. */
@@ -219,6 +225,7 @@ export interface CompletionChunk {
   usage?: Usage;
   stats?: GenerationStats;
   tokens?: number[];
+  top2_gaps?: number[];
 }
 
 /** The prefix cache's state, in KV pages of {@link ModelInfo.pageSize} tokens. */

@@ -52,7 +52,13 @@ function checkSampling(request: SamplingRequest): SamplingParams {
     top_k: number("top_k", request.top_k, "an integer >= 0", naturalNumber),
     seed: number("seed", request.seed, "an integer >= 0", naturalNumber),
     stop: stops,
+    ignore_eos: flag("ignore_eos", request.ignore_eos),
   };
+}
+
+function flag(field: string, value: unknown): boolean | undefined {
+  if (value === undefined || typeof value === "boolean") return value;
+  throw invalid(field, "true or false", value);
 }
 
 function checkRequest(request: unknown): asserts request is Record<string, unknown> {

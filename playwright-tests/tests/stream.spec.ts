@@ -11,6 +11,10 @@ test("a streamed reply arrives in pieces that add up to the non-streamed reply",
   };
 
   const whole = await test.step("ask without streaming", () => engine.chat(request));
+  // One top-2 gap per token: a lead, so never negative; a greedy 32-token reply has decisive steps.
+  expect(whole.top2_gaps).toHaveLength(whole.tokens.length);
+  expect(whole.top2_gaps.every((g) => g >= 0)).toBe(true);
+  expect(Math.max(...whole.top2_gaps)).toBeGreaterThan(1);
 
   await test.step("ask the same, streaming", async () => {
     const { chunks, error } = await engine.streamChat(request);
@@ -29,6 +33,10 @@ test("a streamed reply arrives in pieces that add up to the non-streamed reply",
       completion_tokens: whole.usage.completion_tokens,
       total_tokens: whole.usage.total_tokens,
     });
+    expect(last?.tokens).toEqual(whole.tokens);
+    // The second request reuses the first's cached prompt: the same tokens, gaps within float noise.
+    expect(last?.top2_gaps).toHaveLength(whole.top2_gaps.length);
+    last?.top2_gaps?.forEach((g, i) => expect(Math.abs(g - (whole.top2_gaps[i] ?? NaN))).toBeLessThan(1e-2));
     for (const c of chunks.slice(0, -1)) expect(c.choices[0].finish_reason).toBeNull();
   });
 });

@@ -301,7 +301,7 @@ fn run(cli: Cli) -> Result<(), AnyError> {
         }
         Command::Bench { which: Bench::Prefix { model, mut prefix_lens, long, delta, repeats } } => {
             if long {
-                prefix_lens.extend([2048, 4096]);
+                prefix_lens.extend(&radixlm::bench::PROTOCOL.long_prefix_lens);
             }
             let mut engine = load_engine(&model, SpillDir::Scratch)?;
             let gpu = engine.gpu.clone();

@@ -205,7 +205,15 @@ impl Engine {
             req.seq.extend(&[token]);
             req.logits = l;
         }
-        let logits = req.logits.take().ok_or(EngineError::Internal("no logits to sample from"))?;
+        let mut logits = req.logits.take().ok_or(EngineError::Internal("no logits to sample from"))?;
+        if req.params.ignore_eos {
+            // As llama.cpp's ignore_eos: the end-of-sequence tokens are never chosen.
+            for &id in self.tokenizer.stop_ids() {
+                if let Some(l) = logits.get_mut(id as usize) {
+                    *l = f32::NEG_INFINITY;
+                }
+            }
+        }
         let token = req.sampler.sample(&logits);
         let top2_gap = top2_gap(&logits);
         req.ttft_s.get_or_insert_with(|| req.started.elapsed().as_secs_f64());

@@ -14,7 +14,8 @@ pub struct SamplingParams {
     pub max_tokens: usize,
     /// Generation stops when the text ends with one of these; the stop string is not returned.
     pub stop: Vec<String>,
-    /// Keep going past end-of-sequence tokens (benchmarks measure a fixed number of steps).
+    /// Never choose an end-of-sequence token, as llama.cpp's `ignore_eos` (benchmarks measure a
+    /// fixed number of steps of ordinary text).
     pub ignore_eos: bool,
 }
 

@@ -186,6 +186,9 @@ struct SamplingJson {
     seed: Option<u64>,
     #[serde(default)]
     stop: Vec<String>,
+    /// Never choose an end-of-sequence token (benchmarks measure a fixed number of steps).
+    #[serde(default)]
+    ignore_eos: bool,
 }
 
 /// Replies are cut here when a request sets no `max_tokens`.
@@ -214,7 +217,7 @@ impl SamplingJson {
             seed: self.seed.unwrap_or_else(|| (js_sys::Math::random() * (1u64 << 53) as f64) as u64),
             max_tokens,
             stop: self.stop.clone(),
-            ignore_eos: false,
+            ignore_eos: self.ignore_eos,
         })
     }
 }

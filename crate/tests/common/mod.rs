@@ -156,8 +156,8 @@ pub fn check_kv_quant(gpu: &radixlm::gpu::Gpu, layout: radixlm::kv::spill::Quant
     check
 }
 
-/// One request on a fresh sequence, greedy for `n` tokens (end of sequence ignored), released
-/// afterwards (its pages stay cached).
+/// One request on a fresh sequence, greedy for `n` tokens (end of sequence never chosen),
+/// released afterwards (its pages stay cached).
 pub fn run_greedy(engine: &mut radixlm::engine::Engine, prompt: &[u32], n: usize) -> radixlm::engine::Generation {
     use radixlm::engine::sampling::SamplingParams;
     let gpu = engine.gpu.clone();
@@ -165,5 +165,7 @@ pub fn run_greedy(engine: &mut radixlm::engine::Engine, prompt: &[u32], n: usize
     let mut seq = radixlm::engine::Sequence::default();
     let g = radixlm::gpu::executor::block_on(&gpu, engine.generate(&mut seq, prompt, &params, |_| true)).unwrap();
     engine.release(&mut seq);
+    assert_eq!(g.tokens.len(), n, "ignore_eos runs to max_tokens");
+    assert!(g.tokens.iter().all(|t| !engine.tokenizer.stop_ids().contains(t)), "ignore_eos chose an end-of-sequence token: {:?}", g.tokens);
     g
 }

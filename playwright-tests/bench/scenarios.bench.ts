@@ -1,0 +1,164 @@
+// Where users feel the cache, for both engines on the same conversations: (a) a follow-up question
+// in the same conversation; (b) switching back and forth between two conversations with different
+// long system prompts (A, B, A, B, … eight requests); (c) one system prompt shared by five new
+// conversations; (d) coming back after a page reload. Each request's TTFT (in the page) and the
+// prompt tokens it computed.
+//
+//   cd playwright-tests && npx playwright test -c bench.config.ts scenarios
+//   RADIXLM_BENCH_SIZE=smoke: 128-token system prompts instead of 512
+//
+// Controls: radixlm must reuse the system prompt where the scenario offers it ((a)-(c)) and
+// restore it after the reload ((d)); a failed control voids the scenario and fails the run.
+
+import { mkdirSync, writeFileSync } from "node:fs";
+import path from "node:path";
+import { expect, test, type BrowserContext } from "@playwright/test";
+import { RadixlmEngine, WllamaEngine, type BenchEngine, type Message, type Run } from "./engines";
+import { benchSize, PROTOCOL } from "./protocol";
+
+/** A second document, unlike the protocol's filler from its first words. */
+const HARBOUR = "The harbour master counted the boats at dawn, checked every mooring line, read the tide tables aloud and noted each cargo landed on the quay. ";
+const QUESTIONS = [
+  "What happens first each day?",
+  "What is written down, and why?",
+  "Who would read these notes?",
+  "What changes when a storm comes?",
+  "Summarise the routine in one sentence.",
+];
+const REPLY_TOKENS = 8;
+/** More than a question and its chat-template wrapping take: what a warm request may compute. */
+const NEW_TOKENS = 32;
+
+interface Request {
+  label: string;
+  ttftMs: number;
+  promptTokens: number;
+  prefilled: number;
+  reused: number;
+  restored: number;
+}
+
+interface Scenario {
+  name: string;
+  radixlm: Request[];
+  wllama: Request[];
+  failedControl: string | null;
+}
+
+const record = (label: string, r: Run): Request => ({
+  label,
+  ttftMs: r.ttftMs,
+  promptTokens: r.promptTokens,
+  prefilled: r.prefilledTokens,
+  reused: r.reusedTokens,
+  restored: r.restoredTokens,
+});
+
+const system = (doc: string, role: string): Message => ({ role: "system", content: `${role} Answer briefly from these notes.\n\n${doc}` });
+const ask = (sys: Message, question: string): Message[] => [sys, { role: "user", content: question }];
+
+test("scenarios: follow-up, switching, shared system prompt, after a reload — radixlm beside wllama", async ({ browser }) => {
+  const { smoke } = benchSize();
+  const docTokens = smoke ? 128 : 512;
+  // ~37 tokens per copy of either text; a little over is fine, the tables count tokens exactly.
+  const copies = Math.ceil(docTokens / 37);
+  const A = system(PROTOCOL.filler.repeat(copies), "You are the lighthouse's archivist.");
+  const B = system(HARBOUR.repeat(copies), "You are the harbour's clerk.");
+
+  const context: BrowserContext = await browser.newContext();
+  const radix = new RadixlmEngine(await context.newPage());
+  const wllama = new WllamaEngine(await context.newPage());
+  await radix.open();
+  await wllama.open();
+  const pageSize = await radix.pageSize();
+  const scenarios: Scenario[] = [];
+
+  /** Runs `steps` on one engine from an empty cache and records each request. */
+  async function on(engine: BenchEngine, steps: (chat: (label: string, messages: Message[]) => Promise<Run>) => Promise<void>): Promise<Request[]> {
+    await engine.forget();
+    if (engine instanceof RadixlmEngine) await engine.writtenBehind(0);
+    const out: Request[] = [];
+    await steps(async (label, messages) => {
+      const run = await engine.chat(messages, REPLY_TOKENS);
+      out.push(record(label, run));
+      return run;
+    });
+    return out;
+  }
+
+  const followUp = async (chat: (l: string, m: Message[]) => Promise<Run>) => {
+    const first = ask(A, QUESTIONS[0] as string);
+    const reply = await chat("first question", first);
+    await chat("follow-up", [...first, { role: "assistant", content: reply.text }, { role: "user", content: QUESTIONS[1] as string }]);
+  };
+  const switching = async (chat: (l: string, m: Message[]) => Promise<Run>) => {
+    for (let i = 0; i < 8; i++) await chat(`${i % 2 ? "B" : "A"} ${Math.floor(i / 2) + 1}`, ask(i % 2 ? B : A, QUESTIONS[Math.floor(i / 2)] as string));
+  };
+  const shared = async (chat: (l: string, m: Message[]) => Promise<Run>) => {
+    for (const [i, q] of QUESTIONS.entries()) await chat(`conversation ${i + 1}`, ask(A, q));
+  };
+
+  for (const [name, steps] of [
+    ["(a) follow-up in the same conversation", followUp],
+    ["(b) switching between two conversations", switching],
+    ["(c) one system prompt, five new conversations", shared],
+  ] as const) {
+    const r = await on(radix, steps);
+    const w = await on(wllama, steps);
+    const failures: string[] = [];
+    // After its first request(s), every radixlm request has all but its last message cached:
+    // it must reuse the whole pages of its prompt short of the new question's tokens.
+    const warmFrom = name.startsWith("(b)") ? 2 : 1;
+    r.slice(warmFrom).forEach((q) => {
+      const expected = Math.floor(Math.max(0, q.promptTokens - NEW_TOKENS) / pageSize) * pageSize;
+      if (q.reused < expected) failures.push(`radixlm "${q.label}" reused ${q.reused} of ${q.promptTokens} prompt tokens, under ${expected}`);
+    });
+    scenarios.push({ name, radixlm: r, wllama: w, failedControl: failures.length ? failures.join("; ") : null });
+  }
+
+  // (d) Coming back: the system prompt was seen before the reload.
+  {
+    const before = ask(A, QUESTIONS[0] as string);
+    const after = ask(A, QUESTIONS[1] as string);
+    const r = await on(radix, async (chat) => {
+      const seen = await chat("before the reload", before);
+      await radix.writtenBehind(Math.floor(seen.promptTokens / pageSize));
+      await radix.reload();
+      await chat("after the reload", after);
+    });
+    const w = await on(wllama, async (chat) => {
+      await chat("before the reload", before);
+      await wllama.open();
+      await chat("after the reload", after);
+    });
+    const back = r[1];
+    const failed = !back || back.restored === 0 ? "radixlm restored nothing from IndexedDB after the reload" : null;
+    scenarios.push({ name: "(d) after a page reload", radixlm: r, wllama: w, failedControl: failed });
+  }
+  await context.close();
+
+  const lines = [
+    `Scenarios: system prompts of ~${docTokens} tokens, greedy replies of ${REPLY_TOKENS} tokens; TTFT in ms in the page; prefilled = prompt tokens computed (radixlm: reused from the GPU / restored from IndexedDB; wllama: reused from its slot).`,
+    "",
+    "| scenario | request | radixlm TTFT | radixlm prefilled (reused / restored) | wllama TTFT | wllama prefilled (reused) |",
+    "|---|---|---:|---:|---:|---:|",
+  ];
+  for (const s of scenarios) {
+    s.radixlm.forEach((r, i) => {
+      const w = s.wllama[i];
+      const void_ = s.failedControl !== null;
+      lines.push(
+        `| ${i === 0 ? s.name : ""} | ${r.label} | ${void_ ? "void" : r.ttftMs.toFixed(0)} | ${r.prefilled} (${r.reused} / ${r.restored}) | ${w ? w.ttftMs.toFixed(0) : "—"} | ${w ? `${w.prefilled} (${w.reused})` : "—"} |`,
+      );
+    });
+    if (s.failedControl) lines.push(`| | FAIL: ${s.failedControl} | | | | |`);
+  }
+  const table = lines.join("\n") + "\n";
+  console.log(`\n${table}`);
+  const out = path.join(import.meta.dirname, "..", "results");
+  mkdirSync(out, { recursive: true });
+  const name = smoke ? "scenarios-smoke" : "scenarios";
+  writeFileSync(path.join(out, `${name}.json`), JSON.stringify({ benchmark: "scenarios", size: smoke ? "smoke" : "full", docTokens, replyTokens: REPLY_TOKENS, scenarios }, null, 2) + "\n");
+  writeFileSync(path.join(out, `${name}.md`), table);
+  for (const s of scenarios) expect(s.failedControl, s.name).toBeNull();
+});

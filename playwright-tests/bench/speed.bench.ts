@@ -1,0 +1,58 @@
+// Raw speed beside the peer, in the same run: prefill tokens/s over a 512-token prompt, decode
+// tokens/s over 128 greedy tokens (as each engine reports them), and the time to load the model
+// when it is already on the device (radixlm: from the Cache API after a reload; wllama: from its
+// own cache), for radixlm (WebGPU) and wllama (llama.cpp in wasm, 2 threads).
+//
+//   cd playwright-tests && npx playwright test -c bench.config.ts speed
+//   RADIXLM_BENCH_SIZE=smoke: 128 and 32 tokens, one repeat
+
+import { mkdirSync, writeFileSync } from "node:fs";
+import path from "node:path";
+import { expect, test } from "@playwright/test";
+import { RadixlmEngine, WllamaEngine, type BenchEngine } from "./engines";
+import { benchSize, median, PROTOCOL } from "./protocol";
+
+test("speed: prefill and decode tokens/s and load time, radixlm beside wllama", async ({ browser }) => {
+  const { smoke } = benchSize();
+  const [prefillTokens, decodeTokens, repeats] = smoke ? [128, 32, 1] : [512, 128, 3];
+  const prompt = PROTOCOL.filler.repeat(Math.ceil(prefillTokens / 37));
+  const context = await browser.newContext();
+  const radix = new RadixlmEngine(await context.newPage());
+  const wllama = new WllamaEngine(await context.newPage());
+  await radix.open();
+  await wllama.open();
+
+  const rows: Array<{ engine: string; promptTokens: number; generated: number[]; prefill: number[]; decode: number[]; loadMs: number[] }> = [];
+  for (const engine of [radix, wllama] as BenchEngine[]) {
+    const row = { engine: engine.name, promptTokens: 0, generated: [] as number[], prefill: [] as number[], decode: [] as number[], loadMs: [] as number[] };
+    for (let r = 0; r < repeats; r++) {
+      await engine.forget();
+      if (engine instanceof RadixlmEngine) await engine.writtenBehind(0);
+      const run = await engine.complete(prompt, decodeTokens);
+      expect(run.reusedTokens + run.restoredTokens, `${engine.name} prefilled its whole prompt`).toBeLessThanOrEqual(1);
+      row.promptTokens = run.promptTokens;
+      row.generated.push(run.generatedTokens);
+      row.prefill.push(run.prefillTokensPerS);
+      row.decode.push(run.decodeTokensPerS);
+      // The model is on the device now: load it again as a returning page would.
+      row.loadMs.push(engine instanceof RadixlmEngine ? await engine.reload() : await engine.open());
+    }
+    rows.push(row);
+  }
+  await context.close();
+
+  const lines = [
+    `Speed: a ${rows[0]?.promptTokens ?? prefillTokens}-token prompt, up to ${decodeTokens} greedy tokens, median of ${repeats}; load = the model already on the device.`,
+    "",
+    "| engine | prefill tok/s | decode tok/s | tokens decoded | load ms |",
+    "|---|---:|---:|---:|---:|",
+    ...rows.map((r) => `| ${r.engine} | ${median(r.prefill).toFixed(1)} | ${median(r.decode).toFixed(1)} | ${r.generated.join(", ")} | ${median(r.loadMs).toFixed(0)} |`),
+  ];
+  const table = lines.join("\n") + "\n";
+  console.log(`\n${table}`);
+  const out = path.join(import.meta.dirname, "..", "results");
+  mkdirSync(out, { recursive: true });
+  const name = smoke ? "speed-smoke" : "speed";
+  writeFileSync(path.join(out, `${name}.json`), JSON.stringify({ benchmark: "speed", size: smoke ? "smoke" : "full", prefillTokens, decodeTokens, repeats, wllamaThreads: wllama.threads, rows }, null, 2) + "\n");
+  writeFileSync(path.join(out, `${name}.md`), table);
+});
