@@ -3,7 +3,9 @@
 // 2 threads: the engine a web page would use instead). Times are taken in the page, from the
 // call to the first streamed text.
 
-import type { Page } from "@playwright/test";
+import { execFileSync } from "node:child_process";
+import { cpus, totalmem } from "node:os";
+import type { BrowserContext, Page } from "@playwright/test";
 import { DEFAULT_MODEL_URL } from "../paths";
 
 /** One greedy request as a benchmark sees it. */
@@ -236,3 +238,43 @@ export class WllamaEngine extends TabEngine {
   }
 
 }
+
+/** Where a benchmark ran: every result names its model, machine, browser and WebGPU adapter. */
+export interface RunEnvironment {
+  model: string;
+  machine: string;
+  browser: string;
+  adapter: string;
+  commit: string;
+}
+
+export async function runEnvironment(context: BrowserContext): Promise<RunEnvironment> {
+  const probe = await context.newPage();
+  await probe.goto("/harness/");
+  const adapter = await probe.evaluate(async () => {
+    const info = (await navigator.gpu?.requestAdapter())?.info;
+    return info ? [info.vendor, info.architecture, info.device, info.description].filter(Boolean).join(" ") : "none";
+  });
+  await probe.close();
+  return {
+    model: "SmolLM2-135M-Instruct Q4_1",
+    machine: `${cpus()[0]?.model ?? "unknown CPU"}, ${cpus().length} cores, ${Math.round(totalmem() / 2 ** 30)} GiB`,
+    browser: `chromium ${context.browser()?.version() ?? "unknown"}`,
+    adapter,
+    commit: gitCommit(),
+  };
+}
+
+/** The commit the run was made at ("+ changes" when the tree differs from it). */
+function gitCommit(): string {
+  try {
+    const head = execFileSync("git", ["rev-parse", "--short", "HEAD"], { encoding: "utf8" }).trim();
+    const dirty = execFileSync("git", ["status", "--porcelain", "--untracked-files=no"], { encoding: "utf8" }).trim() !== "";
+    return dirty ? `${head} + changes` : head;
+  } catch {
+    return "unknown";
+  }
+}
+
+/** The line under a results table that names the run. */
+export const describe = (env: RunEnvironment): string => `${env.model} · ${env.machine} · ${env.browser} · adapter: ${env.adapter} · commit ${env.commit}`;

@@ -7,11 +7,12 @@
 //
 // Prints a table and writes results/page-ttft.json.
 
-import { mkdirSync, writeFileSync } from "node:fs";
-import { cpus, totalmem } from "node:os";
+import { writeFileSync } from "node:fs";
 import path from "node:path";
 import { expect, test } from "@playwright/test";
 import { DEFAULT_MODEL_URL } from "../paths";
+import { describe, runEnvironment } from "./engines";
+import { median, resultsDir } from "./protocol";
 
 /** New questions of similar length: each opening asks one no earlier opening asked. */
 const QUESTIONS = [
@@ -90,30 +91,17 @@ test("page-ttft: opening the page to the first streamed token, model cached", as
     await page.close();
   }
 
-  const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? NaN;
-  const browser = context.browser();
-  const probe = await context.newPage();
-  await probe.goto("/harness/");
-  const adapter = await probe.evaluate(async () => {
-    const info = (await navigator.gpu?.requestAdapter())?.info;
-    return info ? [info.vendor, info.architecture, info.device, info.description].filter(Boolean).join(" ") : "none";
-  });
-  await probe.close();
+  const env = await runEnvironment(context);
   const result = {
     benchmark: "page-ttft",
-    machine: `${cpus()[0]?.model ?? "unknown CPU"}, ${cpus().length} cores, ${Math.round(totalmem() / 2 ** 30)} GiB`,
-    browser: `${browser?.browserType().name()} ${browser?.version()}`,
-    adapter,
-    model: DEFAULT_MODEL_URL,
+    ...env,
     openings,
     medianReadyMs: median(openings.map((o) => o.readyMs)),
     medianFirstTokenMs: median(openings.map((o) => o.firstTokenMs)),
   };
-  console.log(`\n${result.machine}; ${result.browser}; adapter: ${adapter}`);
+  console.log(`\n${describe(env)}`);
   console.log("opening  ready (ms)  first token (ms)  last reply");
   openings.forEach((o, i) => console.log(`${String(i + 1).padStart(7)}  ${o.readyMs.toFixed(0).padStart(10)}  ${o.firstTokenMs.toFixed(0).padStart(16)}  ${o.stats}`));
   console.log(`median   ${result.medianReadyMs.toFixed(0).padStart(10)}  ${result.medianFirstTokenMs.toFixed(0).padStart(16)}`);
-  const out = path.join(import.meta.dirname, "..", "results");
-  mkdirSync(out, { recursive: true });
-  writeFileSync(path.join(out, "page-ttft.json"), JSON.stringify(result, null, 2) + "\n");
+  writeFileSync(path.join(resultsDir(), "page-ttft.json"), JSON.stringify(result, null, 2) + "\n");
 });

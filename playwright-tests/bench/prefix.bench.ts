@@ -14,13 +14,12 @@
 // have reused and restored must have restored the prefix, and every timed run's first token
 // must equal cold's. A failed control names itself, voids its row and fails the run.
 
-import { mkdirSync, writeFileSync } from "node:fs";
-import { cpus, totalmem } from "node:os";
+import { writeFileSync } from "node:fs";
 import path from "node:path";
 import { expect, test } from "@playwright/test";
 import { ttftChart } from "./chart";
-import { RadixlmEngine, WllamaEngine, type Run } from "./engines";
-import { agreement, benchSize, median, percentile, PROTOCOL } from "./protocol";
+import { describe, RadixlmEngine, runEnvironment, WllamaEngine, type Run, type RunEnvironment } from "./engines";
+import { agreement, benchSize, median, percentile, PROTOCOL, resultsDir } from "./protocol";
 
 interface PathTimes {
   ttftMs: number[];
@@ -182,19 +181,11 @@ test("prefix: TTFT cold, warm and restored, radixlm beside wllama, with correctn
     });
   }
 
-  const probe = await context.newPage();
-  await probe.goto("/harness/");
-  const adapter = await probe.evaluate(async () => {
-    const info = (await navigator.gpu?.requestAdapter())?.info;
-    return info ? [info.vendor, info.architecture, info.device, info.description].filter(Boolean).join(" ") : "none";
-  });
+  const env = await runEnvironment(context);
   const result = {
     benchmark: "prefix",
     size: smoke ? "smoke" : "full",
-    machine: `${cpus()[0]?.model ?? "unknown CPU"}, ${cpus().length} cores, ${Math.round(totalmem() / 2 ** 30)} GiB`,
-    browser: `chromium ${browser.version()}`,
-    adapter,
-    model: "SmolLM2-135M-Instruct Q4_1",
+    ...env,
     repeats,
     checkTokens: check,
     pageSize,
@@ -204,15 +195,14 @@ test("prefix: TTFT cold, warm and restored, radixlm beside wllama, with correctn
   };
   const table = markdown(result);
   console.log(`\n${table}`);
-  const out = path.join(import.meta.dirname, "..", "results");
-  mkdirSync(out, { recursive: true });
+  const out = resultsDir();
   const name = smoke ? "prefix-smoke" : "prefix";
   writeFileSync(path.join(out, `${name}.json`), JSON.stringify(result, null, 2) + "\n");
   writeFileSync(path.join(out, `${name}.md`), table);
   // A row with a failed control has no figures, in the chart as in the table.
   const valid = rows.filter((row) => row.failedControl === null);
   const line = (pick: (row: Row) => PathTimes): Array<[number, number]> => valid.map((row) => [row.prefixTokens, pick(row).median]);
-  const chart = ttftChart(`TTFT (median), SmolLM2-135M Q4_1, ${result.browser}, ${adapter}`, [
+  const chart = ttftChart(`TTFT (median), ${env.model}, ${env.browser}, ${env.adapter}`, [
     { name: "radixlm cold", color: "#2457c5", points: line((row) => row.radixlm.cold) },
     { name: "radixlm warm (GPU)", color: "#1b9e5a", points: line((row) => row.radixlm.warm) },
     { name: "radixlm restored", color: "#8e44ad", points: line((row) => row.radixlm.restored) },
@@ -226,11 +216,7 @@ test("prefix: TTFT cold, warm and restored, radixlm beside wllama, with correctn
   for (const row of rows) expect(row.failedControl, `prefix ${row.prefixTokens}`).toBeNull();
 });
 
-function markdown(r: {
-  machine: string;
-  browser: string;
-  adapter: string;
-  model: string;
+function markdown(r: RunEnvironment & {
   repeats: number;
   checkTokens: number;
   loadMs: { radixlm: number; wllama: number; radixlmFromCacheMedian: number };
@@ -240,7 +226,7 @@ function markdown(r: {
   const ms = (t: PathTimes) => `${t.median.toFixed(0)} / ${t.p95.toFixed(0)}`;
   const x = (v: number | null) => (v === null ? "—" : `${v.toFixed(1)}×`);
   const lines = [
-    `${r.model} · ${r.machine} · ${r.browser} · adapter: ${r.adapter} · ${r.repeats} repeat(s), controls over ${r.checkTokens} greedy tokens`,
+    `${describe(r)} · ${r.repeats} repeat(s), controls over ${r.checkTokens} greedy tokens`,
     `radixlm on WebGPU; wllama (llama.cpp in wasm) on the CPU, ${r.wllamaThreads} threads. First load of the model in this run: radixlm ${r.loadMs.radixlm.toFixed(0)} ms, wllama ${r.loadMs.wllama.toFixed(0)} ms; radixlm after a reload (from the Cache API): ${r.loadMs.radixlmFromCacheMedian.toFixed(0)} ms (median)`,
     "",
     "TTFT in ms (median / p95), measured in the page from the request to the first streamed text.",

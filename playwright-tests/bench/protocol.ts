@@ -1,7 +1,7 @@
 // The prefix benchmark's protocol, read from the file the CLI's bench.rs reads
 // (crate/src/bench_protocol.json): the same texts, lengths, repeats and near-tie rule.
 
-import { readFileSync } from "node:fs";
+import { mkdirSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { REPO_ROOT } from "../paths";
 
@@ -27,6 +27,13 @@ export function benchSize(): { prefixLens: number[]; repeats: number; smoke: boo
   if (process.env.RADIXLM_BENCH_SIZE === "smoke") return { prefixLens: [PROTOCOL.prefix_lens[0] ?? 128], repeats: 1, smoke: true };
   const long = process.env.RADIXLM_BENCH_LONG === "1" ? PROTOCOL.long_prefix_lens : [];
   return { prefixLens: [...PROTOCOL.prefix_lens, ...long], repeats: PROTOCOL.repeats, smoke: false };
+}
+
+/** Where results go: results/ (committed), or RADIXLM_BENCH_OUT (the test command's smoke run). */
+export function resultsDir(): string {
+  const dir = process.env.RADIXLM_BENCH_OUT ? path.resolve(process.env.RADIXLM_BENCH_OUT) : path.join(import.meta.dirname, "..", "results");
+  mkdirSync(dir, { recursive: true });
+  return dir;
 }
 
 export function median(xs: number[]): number {

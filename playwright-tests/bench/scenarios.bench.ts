@@ -10,11 +10,11 @@
 // Controls: radixlm must reuse the system prompt where the scenario offers it ((a)-(c)) and
 // restore it after the reload ((d)); a failed control voids the scenario and fails the run.
 
-import { mkdirSync, writeFileSync } from "node:fs";
+import { writeFileSync } from "node:fs";
 import path from "node:path";
 import { expect, test, type BrowserContext } from "@playwright/test";
-import { RadixlmEngine, WllamaEngine, type BenchEngine, type Message, type Run } from "./engines";
-import { benchSize, PROTOCOL } from "./protocol";
+import { describe, RadixlmEngine, runEnvironment, WllamaEngine, type BenchEngine, type Message, type Run } from "./engines";
+import { benchSize, PROTOCOL, resultsDir } from "./protocol";
 
 /** A second document, unlike the protocol's filler from its first words. */
 const HARBOUR = "The harbour master counted the boats at dawn, checked every mooring line, read the tide tables aloud and noted each cargo landed on the quay. ";
@@ -26,11 +26,16 @@ const QUESTIONS = [
   "Summarise the routine in one sentence.",
 ];
 const REPLY_TOKENS = 8;
-/** More than a question and its chat-template wrapping take: what a warm request may compute. */
-const NEW_TOKENS = 32;
+/**
+ * At most what a request's new turn can add to the cached conversation: its question (a token is
+ * at least a byte) and the chat template's wrapping of it and of the reply before it.
+ */
+const newTokensBound = (question: string) => new TextEncoder().encode(question).length + 32;
 
 interface Request {
   label: string;
+  /** The request's last message: the new turn. */
+  question: string;
   ttftMs: number;
   promptTokens: number;
   prefilled: number;
@@ -45,8 +50,9 @@ interface Scenario {
   failedControl: string | null;
 }
 
-const record = (label: string, r: Run): Request => ({
+const record = (label: string, question: string, r: Run): Request => ({
   label,
+  question,
   ttftMs: r.ttftMs,
   promptTokens: r.promptTokens,
   prefilled: r.prefilledTokens,
@@ -80,7 +86,7 @@ test("scenarios: follow-up, switching, shared system prompt, after a reload — 
     const out: Request[] = [];
     await steps(async (label, messages) => {
       const run = await engine.chat(messages, REPLY_TOKENS);
-      out.push(record(label, run));
+      out.push(record(label, messages.at(-1)?.content ?? "", run));
       return run;
     });
     return out;
@@ -110,7 +116,7 @@ test("scenarios: follow-up, switching, shared system prompt, after a reload — 
     // it must reuse the whole pages of its prompt short of the new question's tokens.
     const warmFrom = name.startsWith("(b)") ? 2 : 1;
     r.slice(warmFrom).forEach((q) => {
-      const expected = Math.floor(Math.max(0, q.promptTokens - NEW_TOKENS) / pageSize) * pageSize;
+      const expected = Math.floor(Math.max(0, q.promptTokens - newTokensBound(q.question)) / pageSize) * pageSize;
       if (q.reused < expected) failures.push(`radixlm "${q.label}" reused ${q.reused} of ${q.promptTokens} prompt tokens, under ${expected}`);
     });
     scenarios.push({ name, radixlm: r, wllama: w, failedControl: failures.length ? failures.join("; ") : null });
@@ -135,9 +141,12 @@ test("scenarios: follow-up, switching, shared system prompt, after a reload — 
     const failed = !back || back.restored === 0 ? "radixlm restored nothing from IndexedDB after the reload" : null;
     scenarios.push({ name: "(d) after a page reload", radixlm: r, wllama: w, failedControl: failed });
   }
+  const env = await runEnvironment(context);
   await context.close();
 
   const lines = [
+    describe(env),
+    "",
     `Scenarios: system prompts of ~${docTokens} tokens, greedy replies of ${REPLY_TOKENS} tokens; TTFT in ms in the page; prefilled = prompt tokens computed (radixlm: reused from the GPU / restored from IndexedDB; wllama: reused from its slot).`,
     "",
     "| scenario | request | radixlm TTFT | radixlm prefilled (reused / restored) | wllama TTFT | wllama prefilled (reused) |",
@@ -155,10 +164,9 @@ test("scenarios: follow-up, switching, shared system prompt, after a reload — 
   }
   const table = lines.join("\n") + "\n";
   console.log(`\n${table}`);
-  const out = path.join(import.meta.dirname, "..", "results");
-  mkdirSync(out, { recursive: true });
+  const out = resultsDir();
   const name = smoke ? "scenarios-smoke" : "scenarios";
-  writeFileSync(path.join(out, `${name}.json`), JSON.stringify({ benchmark: "scenarios", size: smoke ? "smoke" : "full", docTokens, replyTokens: REPLY_TOKENS, scenarios }, null, 2) + "\n");
+  writeFileSync(path.join(out, `${name}.json`), JSON.stringify({ benchmark: "scenarios", size: smoke ? "smoke" : "full", ...env, docTokens, replyTokens: REPLY_TOKENS, scenarios }, null, 2) + "\n");
   writeFileSync(path.join(out, `${name}.md`), table);
   for (const s of scenarios) expect(s.failedControl, s.name).toBeNull();
 });

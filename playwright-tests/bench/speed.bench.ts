@@ -6,11 +6,11 @@
 //   cd playwright-tests && npx playwright test -c bench.config.ts speed
 //   RADIXLM_BENCH_SIZE=smoke: 128 and 32 tokens, one repeat
 
-import { mkdirSync, writeFileSync } from "node:fs";
+import { writeFileSync } from "node:fs";
 import path from "node:path";
 import { expect, test } from "@playwright/test";
-import { RadixlmEngine, WllamaEngine, type BenchEngine } from "./engines";
-import { benchSize, median, PROTOCOL } from "./protocol";
+import { describe, RadixlmEngine, runEnvironment, WllamaEngine, type BenchEngine } from "./engines";
+import { benchSize, median, PROTOCOL, resultsDir } from "./protocol";
 
 test("speed: prefill and decode tokens/s and load time, radixlm beside wllama", async ({ browser }) => {
   const { smoke } = benchSize();
@@ -39,9 +39,12 @@ test("speed: prefill and decode tokens/s and load time, radixlm beside wllama", 
     }
     rows.push(row);
   }
+  const env = await runEnvironment(context);
   await context.close();
 
   const lines = [
+    describe(env),
+    "",
     `Speed: a ${rows[0]?.promptTokens ?? prefillTokens}-token prompt, up to ${decodeTokens} greedy tokens, median of ${repeats}; load = the model already on the device.`,
     "",
     "| engine | prefill tok/s | decode tok/s | tokens decoded | load ms |",
@@ -50,9 +53,8 @@ test("speed: prefill and decode tokens/s and load time, radixlm beside wllama", 
   ];
   const table = lines.join("\n") + "\n";
   console.log(`\n${table}`);
-  const out = path.join(import.meta.dirname, "..", "results");
-  mkdirSync(out, { recursive: true });
+  const out = resultsDir();
   const name = smoke ? "speed-smoke" : "speed";
-  writeFileSync(path.join(out, `${name}.json`), JSON.stringify({ benchmark: "speed", size: smoke ? "smoke" : "full", prefillTokens, decodeTokens, repeats, wllamaThreads: wllama.threads, rows }, null, 2) + "\n");
+  writeFileSync(path.join(out, `${name}.json`), JSON.stringify({ benchmark: "speed", size: smoke ? "smoke" : "full", ...env, prefillTokens, decodeTokens, repeats, wllamaThreads: wllama.threads, rows }, null, 2) + "\n");
   writeFileSync(path.join(out, `${name}.md`), table);
 });

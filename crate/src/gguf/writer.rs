@@ -10,7 +10,8 @@ use super::reader::{MetaValue, DEFAULT_ALIGNMENT, MAX_ALIGNMENT};
 /// Builds a GGUF file in memory: metadata in insertion order, then tensors.
 pub struct GgufWriter {
     version: u32,
-    metadata: Vec<(String, MetaValue)>,
+    /// Each entry with the element type an empty array is written with (GGUF arrays carry one).
+    metadata: Vec<(String, MetaValue, u32)>,
     tensors: Vec<(String, Vec<u64>, GgmlType, Vec<u8>)>,
 }
 
@@ -36,7 +37,14 @@ impl GgufWriter {
     /// cannot represent (nested arrays may differ from each other).
     pub fn meta(&mut self, key: &str, value: MetaValue) -> &mut Self {
         assert!(is_homogeneous(&value), "GGUF arrays hold one element type; metadata {key:?} mixes them");
-        self.metadata.push((key.to_string(), value));
+        self.metadata.push((key.to_string(), value, type_id(&MetaValue::U8(0))));
+        self
+    }
+
+    /// Adds an empty array whose element type is `like`'s: readers such as llama.cpp's check
+    /// the element type of arrays they expect (an empty `tokenizer.ggml.merges` must be strings).
+    pub fn meta_empty_array(&mut self, key: &str, like: &MetaValue) -> &mut Self {
+        self.metadata.push((key.to_string(), MetaValue::Array(Vec::new()), type_id(like)));
         self
     }
 
@@ -56,8 +64,8 @@ impl GgufWriter {
         let alignment = self
             .metadata
             .iter()
-            .find(|(k, _)| k == "general.alignment")
-            .and_then(|(_, v)| v.as_u64())
+            .find(|(k, _, _)| k == "general.alignment")
+            .and_then(|(_, v, _)| v.as_u64())
             .filter(|a| a.is_power_of_two() && *a <= MAX_ALIGNMENT)
             .unwrap_or(DEFAULT_ALIGNMENT) as usize;
         let mut out = Vec::new();
@@ -65,10 +73,10 @@ impl GgufWriter {
         out.extend_from_slice(&self.version.to_le_bytes());
         out.extend_from_slice(&(self.tensors.len() as u64).to_le_bytes());
         out.extend_from_slice(&(self.metadata.len() as u64).to_le_bytes());
-        for (k, v) in &self.metadata {
+        for (k, v, empty_elem) in &self.metadata {
             write_str(&mut out, k);
             out.extend_from_slice(&type_id(v).to_le_bytes());
-            write_value(&mut out, v);
+            write_value(&mut out, v, *empty_elem);
         }
         let mut offset = 0usize;
         let mut offsets = Vec::new();
@@ -123,7 +131,8 @@ fn type_id(v: &MetaValue) -> u32 {
     }
 }
 
-fn write_value(out: &mut Vec<u8>, v: &MetaValue) {
+/// Writes `v`; an empty array (at any depth) is written with element type `empty_elem`.
+fn write_value(out: &mut Vec<u8>, v: &MetaValue, empty_elem: u32) {
     match v {
         MetaValue::U8(x) => out.push(*x),
         MetaValue::I8(x) => out.push(*x as u8),
@@ -135,11 +144,10 @@ fn write_value(out: &mut Vec<u8>, v: &MetaValue) {
         MetaValue::Bool(x) => out.push(*x as u8),
         MetaValue::String(s) => write_str(out, s),
         MetaValue::Array(items) => {
-            // An empty array is written as an array of u8; the reader keeps no element type.
-            let elem = items.first().map(type_id).unwrap_or(0);
+            let elem = items.first().map(type_id).unwrap_or(empty_elem);
             out.extend_from_slice(&elem.to_le_bytes());
             out.extend_from_slice(&(items.len() as u64).to_le_bytes());
-            items.iter().for_each(|i| write_value(out, i));
+            items.iter().for_each(|i| write_value(out, i, empty_elem));
         }
         MetaValue::U64(x) => out.extend_from_slice(&x.to_le_bytes()),
         MetaValue::I64(x) => out.extend_from_slice(&x.to_le_bytes()),
@@ -237,6 +245,15 @@ mod tests {
             assert_eq!(view.info.offset % 64, 0);
             assert!(file.contains(&view.data.as_ptr()), "{name} is not borrowed from the file");
         }
+    }
+
+    #[test]
+    fn an_empty_array_carries_the_element_type_it_was_given() {
+        let bytes = GgufWriter::new().meta_empty_array("merges", &MetaValue::String(String::new())).to_bytes();
+        let key = bytes.windows(6).position(|w| w == b"merges").unwrap() + 6;
+        let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
+        assert_eq!((u32_at(key), u32_at(key + 4)), (9, 8), "an array of strings");
+        assert_eq!(GgufFile::parse(&bytes).unwrap().get("merges"), Some(&MetaValue::Array(vec![])));
     }
 
     #[test]

@@ -137,7 +137,7 @@ impl SyntheticSpec {
             .meta("tokenizer.ggml.pre", s("default"))
             .meta("tokenizer.ggml.tokens", MetaValue::Array(tokens.into_iter().map(MetaValue::String).collect()))
             .meta("tokenizer.ggml.token_type", MetaValue::Array(types))
-            .meta("tokenizer.ggml.merges", MetaValue::Array(Vec::new()))
+            .meta_empty_array("tokenizer.ggml.merges", &MetaValue::String(String::new()))
             .meta("tokenizer.ggml.bos_token_id", MetaValue::U32(257))
             .meta("tokenizer.ggml.eos_token_id", MetaValue::U32(258))
             .meta("tokenizer.ggml.add_bos_token", MetaValue::Bool(false))
