@@ -6,7 +6,8 @@ use std::fmt;
 use std::sync::LazyLock;
 
 use crate::engine::sampling::SamplingParams;
-use crate::engine::{Engine, EngineError, Sequence};
+use crate::engine::{Engine, EngineError, Generation, Sequence};
+use crate::gpu::profile::OpRole;
 
 /// The prefix benchmark's protocol, as `bench_protocol.json` states it.
 #[derive(Debug, Clone, serde::Deserialize)]
@@ -90,6 +91,135 @@ impl fmt::Display for ThroughputReport {
         writeln!(f, "|---------|--------|------------------|")?;
         writeln!(f, "| prefill | {:>6} | {:>16.1} |", self.prefill_tokens, self.prefill_tokens_per_s)?;
         write!(f, "| decode  | {:>6} | {:>16.1} |", self.decode_tokens, self.decode_tokens_per_s)
+    }
+}
+
+/// Where a forward pass's GPU time goes: one run of a `prefill_tokens` prompt and
+/// `decode_tokens` greedy steps with every op in its own timestamped pass (so the times add
+/// the small cost of a pass boundary per op), and what a decoded token costs in dispatches
+/// and in bytes read back.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ProfileReport {
+    pub device: String,
+    pub prefill_tokens: usize,
+    pub decode_tokens: usize,
+    pub n_layers: usize,
+    /// Per op role, in pass order.
+    pub ops: Vec<ProfileRow>,
+    /// Over the decode passes (one token each), per pass.
+    pub decode_gpu_us_per_token: f64,
+    pub dispatches_per_token: f64,
+    pub dispatches_per_layer_per_token: f64,
+    pub read_back_bytes_per_token: f64,
+    /// Over the prefill batches, in all.
+    pub prefill_gpu_ms: f64,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ProfileRow {
+    pub op: &'static str,
+    pub decode_us_per_token: f64,
+    pub decode_dispatches_per_token: f64,
+    pub prefill_ms: f64,
+}
+
+pub async fn profile(engine: &mut Engine, prefill_tokens: usize, decode_tokens: usize) -> Result<ProfileReport, EngineError> {
+    let prompt = prompt_of_len(engine, prefill_tokens)?;
+    let params = SamplingParams { ignore_eos: true, ..SamplingParams::greedy(decode_tokens) };
+    engine.clear_cache();
+    engine.profile(true)?;
+    let mut seq = Sequence::default();
+    let mut req = engine.start(&mut seq, &prompt, &params)?;
+    // Bytes read back from the first token on: the decode steps' traffic.
+    let (mut tokens, mut bytes_from) = (0usize, 0u64);
+    let result = loop {
+        match engine.step(&mut req).await {
+            Ok(crate::engine::Step::Token { .. }) => {
+                tokens += 1;
+                if tokens == 1 {
+                    bytes_from = engine.gpu.bytes_read_back();
+                }
+            }
+            Ok(crate::engine::Step::Prefill { .. }) => {}
+            Ok(crate::engine::Step::Done { .. }) => break Ok(()),
+            Err(e) => break Err(e),
+        }
+    };
+    let read_back = engine.gpu.bytes_read_back() - bytes_from;
+    engine.release(&mut req.into_sequence());
+    let passes = engine.profile(false)?;
+    result?;
+
+    let n_layers = engine.cfg.n_layers;
+    let decode = passes.iter().filter(|p| p.n_tokens == 1).collect::<Vec<_>>();
+    let prefill = passes.iter().filter(|p| p.n_tokens > 1).collect::<Vec<_>>();
+    let mut rows: Vec<ProfileRow> = Vec::new();
+    let row = |rows: &mut Vec<ProfileRow>, role: OpRole| -> usize {
+        match rows.iter().position(|r| r.op == role.name()) {
+            Some(i) => i,
+            None => {
+                rows.push(ProfileRow { op: role.name(), decode_us_per_token: 0.0, decode_dispatches_per_token: 0.0, prefill_ms: 0.0 });
+                rows.len() - 1
+            }
+        }
+    };
+    let per = |n: usize| 1.0 / n.max(1) as f64;
+    let (mut layer_dispatches, mut dispatches) = (0.0, 0.0);
+    for pass in &decode {
+        for (op, ns) in &pass.ops {
+            let i = row(&mut rows, op.role);
+            rows[i].decode_us_per_token += ns / 1e3 * per(decode.len());
+            rows[i].decode_dispatches_per_token += op.dispatches as f64 * per(decode.len());
+            dispatches += op.dispatches as f64 * per(decode.len());
+            if op.role.per_layer() {
+                layer_dispatches += op.dispatches as f64 * per(decode.len());
+            }
+        }
+    }
+    for pass in &prefill {
+        for (op, ns) in &pass.ops {
+            let i = row(&mut rows, op.role);
+            rows[i].prefill_ms += ns / 1e6;
+        }
+    }
+    Ok(ProfileReport {
+        device: format!("{} ({:?})", engine.gpu.info.name, engine.gpu.info.backend),
+        prefill_tokens: prompt.len(),
+        decode_tokens: tokens,
+        n_layers,
+        decode_gpu_us_per_token: rows.iter().map(|r| r.decode_us_per_token).sum(),
+        dispatches_per_token: dispatches,
+        dispatches_per_layer_per_token: layer_dispatches / n_layers.max(1) as f64,
+        read_back_bytes_per_token: read_back as f64 / tokens.saturating_sub(1).max(1) as f64,
+        prefill_gpu_ms: rows.iter().map(|r| r.prefill_ms).sum(),
+        ops: rows,
+    })
+}
+
+impl fmt::Display for ProfileReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "profile on {}: a {}-token prompt, then {} greedy tokens; each op in its own timestamped pass", self.device, self.prefill_tokens, self.decode_tokens)?;
+        writeln!(
+            f,
+            "per decoded token: {:.0} dispatches ({:.1} per layer × {} layers, the rest once), {:.0} bytes read back, {:.0} µs of GPU time",
+            self.dispatches_per_token, self.dispatches_per_layer_per_token, self.n_layers, self.read_back_bytes_per_token, self.decode_gpu_us_per_token
+        )?;
+        writeln!(f, "| op | decode µs/token | decode share | dispatches/token | prefill ms | prefill share |")?;
+        writeln!(f, "|---|---:|---:|---:|---:|---:|")?;
+        let share = |x: f64, total: f64| if total > 0.0 { 100.0 * x / total } else { 0.0 };
+        for r in &self.ops {
+            writeln!(
+                f,
+                "| {} | {:.1} | {:.1} % | {:.0} | {:.1} | {:.1} % |",
+                r.op,
+                r.decode_us_per_token,
+                share(r.decode_us_per_token, self.decode_gpu_us_per_token),
+                r.decode_dispatches_per_token,
+                r.prefill_ms,
+                share(r.prefill_ms, self.prefill_gpu_ms)
+            )?;
+        }
+        write!(f, "| total | {:.1} | | {:.0} | {:.1} | |", self.decode_gpu_us_per_token, self.dispatches_per_token, self.prefill_gpu_ms)
     }
 }
 
@@ -209,15 +339,13 @@ pub async fn prefix(engine: &mut Engine, cfg: &PrefixBenchConfig) -> Result<Pref
         let prompt: Vec<u32> = prefix.iter().chain(&suffix).copied().collect();
         let check = greedy(cfg.check_tokens);
 
-        let (cold, _) = run(engine, CachePath::Cold, &prefix, &prompt, &check).await?;
-        let cold_gaps = cold.gaps.clone();
-        let cold = cold.generation;
-        let warm = run(engine, CachePath::Warm, &prefix, &prompt, &check).await?.0.generation;
+        let cold = run(engine, CachePath::Cold, &prefix, &prompt, &check).await?.0;
+        let warm = run(engine, CachePath::Warm, &prefix, &prompt, &check).await?.0;
         let restored = match spill {
-            Some(_) => Some(run(engine, CachePath::Restored, &prefix, &prompt, &check).await?.0.generation),
+            Some(_) => Some(run(engine, CachePath::Restored, &prefix, &prompt, &check).await?.0),
             None => None,
         };
-        let control = run(engine, CachePath::Cold, &prefix, &suffix, &check).await?.0.generation;
+        let control = run(engine, CachePath::Cold, &prefix, &suffix, &check).await?.0;
         let mut restored_agreement = None;
         let mut failed = None;
         let mut fail = |why: String| {
@@ -230,7 +358,7 @@ pub async fn prefix(engine: &mut Engine, cfg: &PrefixBenchConfig) -> Result<Pref
             fail("warm greedy tokens equal the suffix-alone control (prefix context lost)".to_string());
         }
         if let Some(r) = &restored {
-            let agreement = Agreement::of(&cold.tokens, &cold_gaps, &r.tokens);
+            let agreement = Agreement::of(&cold.tokens, &cold.top2_gaps, &r.tokens);
             restored_agreement = Some(agreement.to_string());
             if r.stats.restored_tokens == 0 {
                 fail("the restored path restored nothing from the spill store".to_string());
@@ -243,18 +371,17 @@ pub async fn prefix(engine: &mut Engine, cfg: &PrefixBenchConfig) -> Result<Pref
 
         let (mut cold_ms, mut warm_ms, mut warm_off_ms, mut restored_ms, mut write_ms) = (vec![], vec![], vec![], vec![], vec![]);
         for _ in 0..cfg.repeats.max(1) {
-            let c = run(engine, CachePath::Cold, &prefix, &prompt, &greedy(1)).await?.0.generation;
-            let w = run(engine, CachePath::Warm, &prefix, &prompt, &greedy(1)).await?.0.generation;
+            let c = run(engine, CachePath::Cold, &prefix, &prompt, &greedy(1)).await?.0;
+            let w = run(engine, CachePath::Warm, &prefix, &prompt, &greedy(1)).await?.0;
             let tier = engine.detach_spill();
             let off = run(engine, CachePath::Warm, &prefix, &prompt, &greedy(1)).await;
             if let Some(tier) = tier {
                 engine.reattach_spill(tier);
             }
-            let off = off?.0.generation;
+            let off = off?.0;
             let mut firsts = vec![c.tokens[0], w.tokens[0], off.tokens[0]];
             if spill.is_some() {
                 let (r, write) = run(engine, CachePath::Restored, &prefix, &prompt, &greedy(1)).await?;
-                let r = r.generation;
                 firsts.push(r.tokens[0]);
                 restored_ms.push(r.stats.ttft_ms);
                 write_ms.extend(write);
@@ -349,15 +476,9 @@ impl fmt::Display for Agreement {
     }
 }
 
-/// A measured request: its generation and each sampled token's top-2 logit gap.
-struct Measured {
-    generation: crate::engine::Generation,
-    gaps: Vec<f32>,
-}
-
 /// One request on `prompt` after setting the cache up as `path` says (untimed), with the time
 /// the restored path's write-behind took.
-async fn run(engine: &mut Engine, path: CachePath, prefix: &[u32], prompt: &[u32], params: &SamplingParams) -> Result<(Measured, Option<f64>), EngineError> {
+async fn run(engine: &mut Engine, path: CachePath, prefix: &[u32], prompt: &[u32], params: &SamplingParams) -> Result<(Generation, Option<f64>), EngineError> {
     engine.clear_cache();
     engine.clear_spill().await;
     let mut write_ms = None;
@@ -374,18 +495,9 @@ async fn run(engine: &mut Engine, path: CachePath, prefix: &[u32], prompt: &[u32
         engine.clear_cache();
     }
     let mut seq = Sequence::default();
-    let mut req = engine.start(&mut seq, prompt, params)?;
-    let mut gaps = Vec::new();
-    let generation = loop {
-        match engine.step(&mut req).await {
-            Ok(crate::engine::Step::Token { top2_gap, .. }) => gaps.push(top2_gap),
-            Ok(crate::engine::Step::Done { generation, .. }) => break Ok(generation),
-            Ok(crate::engine::Step::Prefill { .. }) => {}
-            Err(e) => break Err(e),
-        }
-    };
-    engine.release(&mut req.into_sequence());
-    Ok((Measured { generation: generation?, gaps }, write_ms.filter(|_| path == CachePath::Restored)))
+    let generation = engine.generate(&mut seq, prompt, params, |_| true).await;
+    engine.release(&mut seq);
+    Ok((generation?, write_ms.filter(|_| path == CachePath::Restored)))
 }
 
 impl fmt::Display for PrefixReport {

@@ -256,20 +256,49 @@ fn silu_mul_elementwise() {
     }
 }
 
+/// Runs top2.wgsl over `logits`, skipping `banned[..n_banned]`.
+fn top2(gpu: &Gpu, logits: &[f32], banned: &[u32], n_banned: u32) -> Top2 {
+    let op = Top2Op::new(gpu, logits.len());
+    let params = gpu.uniform("pick", &PickParams { n_banned, ..Default::default() });
+    let (lb, bb, out) = (gpu.upload("logits", f32_bytes(logits)), gpu.upload("banned", bytemuck::cast_slice(banned)), gpu.storage("out", TOP2_BYTES));
+    let b = op.bind(gpu, &params, &lb, &bb, &out);
+    run(gpu, |p| op.encode(p, &b));
+    let words = block_on(gpu, radixlm::gpu::readback::read_u32(gpu, &out, 0, 4)).unwrap();
+    Top2::from_words([words[0], words[1], words[2], words[3]])
+}
+
 #[test]
-fn argmax_first_of_largest() {
+fn top2_matches_the_cpu_pick_with_ties_bans_and_non_finite_logits() {
     let mut rng = SplitMix64(7);
     let gpu = gpu(LimitsPolicy::Adapter);
     let v = 49152 + 7;
     let mut logits = randn(&mut rng, v);
-    logits[40000] = 9.0;
     logits[40001] = 9.0;
-    let op = Argmax::new(gpu, v);
-    let lb = gpu.upload("logits", f32_bytes(&logits));
-    let out = gpu.storage("out", 4);
-    let b = op.bind(gpu, &lb, &out);
-    run(gpu, |p| op.encode(p, &b));
-    assert_eq!(block_on(gpu, radixlm::gpu::readback::read_u32(gpu, &out, 0, 1)).unwrap(), vec![40000]);
+    logits[40000] = 9.0;
+    logits[123] = 8.5;
+    logits[7] = f32::NAN;
+    let cpu = |l: &[f32]| radixlm::engine::sampling::argmax(l);
+    // A tie: the lowest index, and a gap of 0 (the runner-up is the other 9.0).
+    let t = top2(gpu, &logits, &[0], 0);
+    assert_eq!((t.index, t.best, t.second), (Some(40000), 9.0, 9.0));
+    assert_eq!(t.index, Some(cpu(&logits)));
+    // Banning the tied pair: 123 wins, its lead over the rest as on the CPU.
+    let t = top2(gpu, &logits, &[40000, 40001], 2);
+    let mut masked = logits.clone();
+    masked[40000] = f32::NEG_INFINITY;
+    masked[40001] = f32::NEG_INFINITY;
+    let mut sorted: Vec<f32> = masked.iter().copied().filter(|x| x.is_finite()).collect();
+    sorted.sort_by(|a, b| b.total_cmp(a));
+    assert_eq!((t.index, t.best, t.second), (Some(123), 8.5, sorted[1]));
+    assert_eq!(t.index, Some(cpu(&masked)));
+    // Bans apply only up to n_banned.
+    assert_eq!(top2(gpu, &logits, &[40000, 40001], 1).index, Some(40001));
+    // No finite logit: no index.
+    let t = top2(gpu, &[f32::NEG_INFINITY, f32::NAN, f32::NEG_INFINITY], &[0], 0);
+    assert_eq!(t.index, None);
+    // One candidate: an infinite gap.
+    let t = top2(gpu, &[f32::NEG_INFINITY, 2.0, f32::NEG_INFINITY], &[0], 0);
+    assert_eq!((t.index, t.gap()), (Some(1), f32::INFINITY));
 }
 
 fn f16_round(v: &[f32]) -> Vec<f32> {
@@ -277,8 +306,10 @@ fn f16_round(v: &[f32]) -> Vec<f32> {
 }
 
 /// Writes positions 0..start through one KvStore step and start..start+t through a second,
-/// into a shuffled page table, then runs attention for the last t queries.
-fn check_kv_and_attention(gpu: &Gpu, rng: &mut SplitMix64, h: usize, hkv: usize, d: usize, page: usize, start: usize, t: usize) {
+/// into a shuffled page table, then runs attention for the last t queries (built for batches
+/// of `max_batch`, which bounds how many key splits a step may use). Returns the splits used.
+#[allow(clippy::too_many_arguments)]
+fn check_kv_and_attention(gpu: &Gpu, rng: &mut SplitMix64, shape: AttentionShape, h: usize, hkv: usize, d: usize, page: usize, start: usize, t: usize, max_batch: usize) -> u32 {
     let len = start + t;
     let n_pages = len.div_ceil(page);
     let pool = 2 * n_pages + 1;
@@ -314,32 +345,52 @@ fn check_kv_and_attention(gpu: &Gpu, rng: &mut SplitMix64, h: usize, hkv: usize,
             assert!((a, b) == want, "kv_store pos {p} pair {i}: got {:?} want {want:?}", (a, b));
         }
     }
-    let op = AttentionPaged::new(gpu, h, hkv, d, page);
+    let op = AttentionPaged::new(gpu, shape, h, hkv, d, page, max_batch);
     let step = gpu.uniform("step", &StepParams::new(t as u32, start as u32));
+    let plan = op.plan(t as u32, start as u32);
+    let split = gpu.uniform("split", &plan);
     let qb = gpu.upload("q", f32_bytes(&q));
+    let scratch = gpu.storage("scratch", op.scratch_bytes(d));
     let out = gpu.storage("out", (t * h * d * 4) as u64);
-    let b = op.bind(gpu, &step, &qb, &ptb, &kc, &vc, &out);
-    run(gpu, |p| op.encode(p, &b, t as u32));
+    let b = op.bind(gpu, &step, &split, &qb, &ptb, &kc, &vc, &scratch, &out);
+    run(gpu, |p| op.encode(p, &b, t as u32, plan));
     // The reference is fed the same f16-rounded K/V, so only summation order differs.
     let want = reference::attention(&q, &k16, &v16, h, hkv, d, start);
-    assert_close(&format!("attention H={h} Hkv={hkv} D={d} page={page} start={start} T={t}"), &read(gpu, &out, t * h * d), &want, 1e-4);
+    let what = format!("{shape:?} attention H={h} Hkv={hkv} D={d} page={page} start={start} T={t} in {} splits of {} keys", plan.splits, plan.keys_per_split);
+    assert_close(&what, &read(gpu, &out, t * h * d), &want, 1e-4);
+    plan.splits
 }
 
 #[test]
 fn kv_store_and_paged_attention() {
+    use AttentionShape::{Lanes, Tiled};
     let mut rng = SplitMix64(8);
     for policy in [LimitsPolicy::Adapter, LimitsPolicy::WebGpuDefault] {
         let gpu = gpu(policy);
         for (start, t) in [(0, 1), (0, 33), (15, 1), (17, 7), (16 * 3 - 1, 33), (16 * 4 + 1, 2)] {
-            check_kv_and_attention(gpu, &mut rng, 6, 2, 64, 16, start, t);
+            for shape in [Tiled, Lanes] {
+                check_kv_and_attention(gpu, &mut rng, shape, 6, 2, 64, 16, start, t, 64);
+            }
         }
     }
     let gpu = gpu(LimitsPolicy::Adapter);
-    // Decode against a long context, a large head dimension, an odd page size with MHA.
-    check_kv_and_attention(gpu, &mut rng, 9, 3, 64, 16, 1500, 1);
-    check_kv_and_attention(gpu, &mut rng, 4, 1, 256, 16, 40, 7);
-    check_kv_and_attention(gpu, &mut rng, 3, 3, 32, 7, 20, 5);
-    check_kv_and_attention(gpu, &mut rng, 8, 1, 128, 16, 9, 3); // the largest group (MAX_GROUP)
+    let mut check = |shape, h, hkv, d, page, start, t, max_batch| check_kv_and_attention(gpu, &mut rng, shape, h, hkv, d, page, start, t, max_batch);
+    for shape in [Tiled, Lanes] {
+        // Decode against a long context: many splits.
+        assert!(check(shape, 9, 3, 64, 16, 1500, 1, 64) > 8);
+        // The warm path: a few new tokens over a cached prefix.
+        check(shape, 9, 3, 64, 16, 1000, 32, 512);
+        // A large head dimension (8-key tiles), an odd page size with MHA, the largest group.
+        check(shape, 4, 1, 256, 16, 40, 7, 64);
+        check(shape, 4, 1, 256, 16, 300, 2, 64);
+        check(shape, 3, 3, 32, 7, 20, 5, 64);
+        check(shape, 8, 1, 128, 16, 9, 3, 64); // MAX_GROUP
+        check(shape, 8, 1, 128, 16, 700, 1, 64);
+    }
+    // A batch whose first queries end before the last split begins (the combine skips it).
+    assert_eq!(check(Tiled, 6, 2, 64, 16, 100, 40, 512), 3);
+    assert!(check(Tiled, 9, 3, 64, 16, 1000, 32, 512) > 1);
+    assert_eq!(check(Lanes, 2, 1, 64, 16, 120, 8, 512), 2);
 }
 
 #[test]

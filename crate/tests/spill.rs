@@ -52,29 +52,6 @@ fn cold(engine: &mut Engine, prompt: &[u32], n: usize) -> Generation {
     run(engine, prompt, n)
 }
 
-/// A cold greedy run of `n` tokens (end of sequence never chosen) with each step's top-2 logit gap.
-fn cold_with_gaps(engine: &mut Engine, prompt: &[u32], n: usize) -> (Vec<u32>, Vec<f32>) {
-    let gpu = engine.gpu.clone();
-    engine.clear_cache();
-    block_on(&gpu, engine.clear_spill());
-    let params = SamplingParams { ignore_eos: true, ..SamplingParams::greedy(n) };
-    let mut seq = Sequence::default();
-    let mut req = engine.start(&mut seq, prompt, &params).unwrap();
-    let (mut tokens, mut gaps) = (Vec::new(), Vec::new());
-    loop {
-        match block_on(&gpu, engine.step(&mut req)).unwrap() {
-            radixlm::engine::Step::Token { token, top2_gap, .. } => {
-                tokens.push(token);
-                gaps.push(top2_gap);
-            }
-            radixlm::engine::Step::Done { .. } => break,
-            radixlm::engine::Step::Prefill { .. } => {}
-        }
-    }
-    engine.release(&mut req.into_sequence());
-    (tokens, gaps)
-}
-
 /// Computes `prefix`, writes its pages to the store and clears the GPU tier.
 fn spill_prefix(engine: &mut Engine, prefix: &[u32]) {
     let gpu = engine.gpu.clone();
@@ -201,7 +178,8 @@ fn q4_agreement_with_cold_runs_on_the_default_model() {
         let dir = tempfile::tempdir().unwrap();
         let mut engine = engine(&bytes, dir.path(), format, EngineOptions::default());
         let (prefix, _, prompt) = prompt_and_suffix(&engine, DOCUMENT, QUESTION);
-        let (cold_tokens, cold_gaps) = cold_with_gaps(&mut engine, &prompt, STEPS);
+        let cold_run = cold(&mut engine, &prompt, STEPS);
+        let (cold_tokens, cold_gaps) = (cold_run.tokens, cold_run.top2_gaps);
         spill_prefix(&mut engine, &prefix);
         let restored = run(&mut engine, &prompt, 32);
         assert_eq!(restored.stats.restored_tokens, prefix.len() / PAGE * PAGE);

@@ -9,6 +9,8 @@ export interface DoneEvent {
   finish_reason: "stop" | "length" | "context_full" | "abort";
   text: string;
   tokens: number[];
+  /** Each token's logit lead over the runner-up. */
+  top2_gaps: number[];
   usage: { prompt_tokens: number; completion_tokens: number; cached_tokens: number; restored_tokens: number };
   stats: GenerationStats;
 }
@@ -16,7 +18,7 @@ export interface DoneEvent {
 /** What one WasmEngine.step() did. A token's text is "" while it is held back (partial UTF-8, maybe a stop string). */
 export type StepEvent =
   | { type: "prefill"; done: number; total: number }
-  | { type: "token"; token: number; text: string; top2_gap: number }
+  | { type: "token"; token: number; text: string }
   | DoneEvent;
 
 /** WasmEngine.step()'s answer. */
@@ -25,12 +27,12 @@ export const parseStep = (json: string): StepEvent => JSON.parse(json) as StepEv
 /** WasmEngine.abort()'s answer: the "done" event, or null when no request was running. */
 export const parseAbort = (json: string): DoneEvent | null => JSON.parse(json) as DoneEvent | null;
 
-/** A finished request, with each token's top-2 logit gap from its step; "context_full" is reported as OpenAI's "length". */
-export function generation(done: DoneEvent, top2Gaps: number[]): Generation {
+/** A finished request; "context_full" is reported as OpenAI's "length". */
+export function generation(done: DoneEvent): Generation {
   return {
     text: done.text,
     tokens: done.tokens,
-    top2Gaps,
+    top2Gaps: done.top2_gaps,
     finishReason: done.finish_reason === "stop" ? "stop" : "length",
     usage: done.usage,
     stats: done.stats,

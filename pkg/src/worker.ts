@@ -410,7 +410,6 @@ class Driver {
       if (chat) engine.start_chat(json);
       else engine.start_completion(json);
       const prompt: PromptProgress = { prefilled: undefined, flowing: false };
-      const gaps: number[] = [];
       for (;;) {
         if (job.aborted) throw new AbortError(abortCounts(job, parseAbort(engine.abort()), prompt));
         const event = await this.step(engine, job);
@@ -418,8 +417,6 @@ class Driver {
           prompt.prefilled = event.done;
         } else if (event.type === "token") {
           prompt.flowing = true;
-          // token -1 is the held-back text released at the end, not a sampled token.
-          if (event.token >= 0) gaps.push(event.top2_gap);
           if (call.stream && event.text !== "") {
             this.post({ kind: "token", id: call.id, text: event.text });
             job.emitted = true;
@@ -427,7 +424,7 @@ class Driver {
         } else if (job.aborted || event.finish_reason === "abort") {
           throw new AbortError(abortCounts(job, event, prompt));
         } else {
-          return generation(event, gaps);
+          return generation(event);
         }
       }
     });

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use radixlm::engine::sampling::SamplingParams;
 use radixlm::engine::session::ChatSession;
-use radixlm::engine::{Engine, EngineOptions, Generation, Sequence, Step};
+use radixlm::engine::{Engine, EngineOptions, Generation, Sequence};
 use radixlm::gguf::{GgmlType, GgufFile};
 use radixlm::gpu::context::LimitsPolicy;
 use radixlm::gpu::executor::{block_on, open};
@@ -183,6 +183,10 @@ enum Bench {
         decode_tokens: usize,
         #[arg(long, default_value_t = 3)]
         repeats: usize,
+        /// Then one more run with GPU time per op (timestamp queries), dispatches and bytes read
+        /// back per decoded token.
+        #[arg(long)]
+        profile: bool,
     },
     /// TTFT with and without a cached prefix, with correctness controls (exits non-zero if one fails).
     Prefix {
@@ -317,13 +321,18 @@ fn run(cli: Cli) -> Result<(), AnyError> {
             }
         }
         Command::Chat { model, system, sampling } => chat(&model, system, &sampling.params()),
-        Command::Bench { which: Bench::Throughput { model, prefill_tokens, decode_tokens, repeats } } => {
+        Command::Bench { which: Bench::Throughput { model, prefill_tokens, decode_tokens, repeats, profile } } => {
             // Every repeat must prefill its whole prompt: no spill tier to restore it from.
             let mut engine = load_engine(&ModelArgs { no_spill: true, ..model }, SpillDir::Scratch)?;
             let gpu = engine.gpu.clone();
             let report = block_on(&gpu, radixlm::bench::throughput(&mut engine, prefill_tokens, decode_tokens, repeats))?;
             println!("{report}");
             println!("{}", serde_json::to_string(&report)?);
+            if profile {
+                let profile = block_on(&gpu, radixlm::bench::profile(&mut engine, prefill_tokens, decode_tokens))?;
+                println!("{profile}");
+                println!("{}", serde_json::to_string(&profile)?);
+            }
             Ok(())
         }
     }
@@ -339,29 +348,18 @@ fn generate_streaming(engine: &mut Engine, seq: &mut Sequence, tokens: &[u32], p
     Ok(block_on(&gpu, fut)?)
 }
 
-/// Generates step by step, keeping each sampled token's top-2 logit gap, and prints one JSON line.
+/// Generates the reply and prints it as one JSON line, with each token's top-2 logit gap.
 fn generate_json(engine: &mut Engine, prompt: &[u32], params: &SamplingParams) -> Result<(), AnyError> {
     let gpu = engine.gpu.clone();
     let mut seq = Sequence::default();
-    let mut req = engine.start(&mut seq, prompt, params)?;
-    let mut gaps = Vec::new();
-    let generation = loop {
-        match block_on(&gpu, engine.step(&mut req)) {
-            Ok(Step::Prefill { .. }) => {}
-            Ok(Step::Token { top2_gap, .. }) => gaps.push(top2_gap),
-            Ok(Step::Done { generation, .. }) => break generation,
-            Err(e) => {
-                engine.release(&mut req.into_sequence());
-                return Err(e.into());
-            }
-        }
-    };
-    engine.release(&mut req.into_sequence());
+    let generation = block_on(&gpu, engine.generate(&mut seq, prompt, params, |_| true));
+    engine.release(&mut seq);
+    let generation = generation?;
     write_behind(engine);
     let out = serde_json::json!({
         "prompt_ids": prompt,
         "tokens": generation.tokens,
-        "top2_gaps": gaps,
+        "top2_gaps": generation.top2_gaps,
         "text": generation.text,
         "finish_reason": generation.finish_reason,
         "stats": generation.stats,

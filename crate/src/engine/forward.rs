@@ -1,15 +1,18 @@
 //! The GPU forward pass over a batch of new tokens at positions `start_pos..start_pos + T`,
 //! reading and extending a sequence's KV pages through its page table.
 //!
-//! Every buffer and bind group is created once, sized for `max_batch` tokens; a call writes
-//! the token ids, the step parameters and the page table, then encodes one compute pass.
+//! Every buffer, bind group and staging buffer is created once, sized for `max_batch` tokens;
+//! a call writes the token ids, the step parameters and the page table, then encodes one
+//! compute pass and submits it once. A greedy step ends the pass with the top-2 pick and reads
+//! back its 16 bytes; a sampled step reads back the logits.
 
 use crate::gpu::context::Gpu;
 use crate::gpu::ops::{
-    AttentionPaged, AttentionPagedBinding, Embed, EmbedBinding, KvStore, KvStoreBinding, Matmul, MatmulBinding,
-    Rope, RopeBinding, RmsNorm, RmsNormBinding, SiluMul, SiluMulBinding,
+    AttentionPaged, AttentionPagedBinding, AttentionShape, Embed, EmbedBinding, KvStore, KvStoreBinding, Matmul, MatmulBinding,
+    PickParams, Rope, RopeBinding, SplitParams, RmsNorm, RmsNormBinding, SiluMul, SiluMulBinding, Top2, Top2Binding, Top2Op, TOP2_BYTES,
 };
-use crate::gpu::readback::read_f32;
+use crate::gpu::profile::{OpRole, Profiler, Recorder};
+use crate::gpu::readback::map_read;
 use crate::gpu::StepParams;
 use crate::kv::pool::KvPool;
 use crate::model::Config;
@@ -60,22 +63,45 @@ pub struct Forward {
     step_last: wgpu::Buffer,  // StepParams for the LM head: one row
     ids: wgpu::Buffer,        // (T) u32
     page_table: wgpu::Buffer, // (max_pages) u32
+    split: wgpu::Buffer,      // SplitParams: how attention splits this step's keys
     logits: wgpu::Buffer,     // (1, V) f32
+    logits_staging: wgpu::Buffer,
+    /// The ids a greedy pick may skip (the end-of-sequence tokens) and how many to skip.
+    pick_params: wgpu::Buffer,
+    n_banned: u32,
+    picked: wgpu::Buffer, // TOP2_BYTES
+    picked_staging: wgpu::Buffer,
     embed: (Embed, EmbedBinding),
     layer_ops: Vec<LayerOps>,
     layers: Vec<LayerPlan>,
     final_norm: (RmsNorm, RmsNormBinding),
     lm_head: (Matmul, MatmulBinding),
+    top2: (Top2Op, Top2Binding),
+    /// Set by `bench throughput --profile`: each op in its own timestamped pass.
+    pub profiler: Option<Profiler>,
+}
+
+/// What a forward pass ends with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Head {
+    /// Nothing: a prefill batch that is not the prompt's last.
+    None,
+    /// The last token's logits, read back whole.
+    Logits,
+    /// The greedy pick over the last token's logits, skipping the banned ids if asked.
+    Top2 { ban: bool },
 }
 
 impl Forward {
-    pub fn new(gpu: &Gpu, cfg: &Config, w: &ModelWeights, pool: &KvPool, max_batch: usize, max_pages: usize) -> Result<Self, EngineError> {
+    /// `banned`: the ids a greedy pick skips when asked to (the end-of-sequence tokens).
+    pub fn new(gpu: &Gpu, cfg: &Config, w: &ModelWeights, pool: &KvPool, max_batch: usize, max_pages: usize, banned: &[u32]) -> Result<Self, EngineError> {
         let (t, c, f, kvd) = (max_batch as u64, cfg.n_embd as u64, cfg.n_ff as u64, cfg.kv_dim() as u64);
         let act = |name: &str, cols: u64| gpu.storage(name, t * cols * 4);
         let step = gpu.uniform("step", &StepParams::default());
         let step_last = gpu.uniform("step.last", &StepParams::default());
         let ids = gpu.storage("ids", t * 4);
         let page_table = gpu.storage("page_table", max_pages as u64 * 4);
+        let split = gpu.uniform("attention.split", &SplitParams::default());
         let x = act("x", c); // (T, C) the residual stream
         let h = act("h", c); // (T, C) normalised input of a block
         let q = act("q", c); // (T, H·D)
@@ -87,12 +113,19 @@ impl Forward {
         let ffn = act("ffn", f); // (T, F)
         let last = gpu.storage("last", c * 4); // (1, C)
         let logits = gpu.storage("logits", cfg.vocab_size as u64 * 4);
+        let logits_staging = staging(gpu, "logits.staging", cfg.vocab_size as u64 * 4);
+        let pick_params = gpu.uniform("pick", &PickParams::default());
+        let banned_ids = gpu.upload("banned", bytemuck::cast_slice(if banned.is_empty() { &[u32::MAX] } else { banned }));
+        let picked = gpu.storage("picked", TOP2_BYTES);
+        let picked_staging = staging(gpu, "picked.staging", TOP2_BYTES);
 
         let (nh, nkv, d, ps) = (cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, pool.page_size);
         let embed_op = Embed::new(gpu, w.token_embd.ty, cfg.n_embd);
         let embed_b = embed_op.bind(gpu, &step, &ids, &w.token_embd, &x);
         let mut layer_ops = Vec::with_capacity(cfg.n_layers);
         let mut layers = Vec::with_capacity(cfg.n_layers);
+        let mut attn_scratch = None;
+        let attn_shape = AttentionShape::for_adapter(&gpu.info);
         for (i, lw) in w.layers.iter().enumerate() {
             let ops = LayerOps {
                 norm: RmsNorm::new(gpu, cfg.n_embd, cfg.rms_eps, false),
@@ -102,7 +135,7 @@ impl Forward {
                 rope_q: Rope::new(gpu, nh, d, cfg.rope_base),
                 rope_k: Rope::new(gpu, nkv, d, cfg.rope_base),
                 store: KvStore::new(gpu, nkv, d, ps),
-                attn: AttentionPaged::new(gpu, nh, nkv, d, ps),
+                attn: AttentionPaged::new(gpu, attn_shape, nh, nkv, d, ps, max_batch),
                 o: Matmul::new(gpu, lw.wo.ty, lw.wo.k, lw.wo.n, true),
                 gate: Matmul::new(gpu, lw.w_gate.ty, lw.w_gate.k, lw.w_gate.n, false),
                 up: Matmul::new(gpu, lw.w_up.ty, lw.w_up.k, lw.w_up.n, false),
@@ -110,6 +143,8 @@ impl Forward {
                 down: Matmul::new(gpu, lw.w_down.ty, lw.w_down.k, lw.w_down.n, true),
             };
             let (kc, vc) = (&pool.k[i], &pool.v[i]);
+            // Layers run one after another: they share one scratch buffer for attention's splits.
+            let scratch = attn_scratch.get_or_insert_with(|| gpu.storage("attention.scratch", ops.attn.scratch_bytes(d)));
             layers.push(LayerPlan {
                 attn_norm: ops.norm.bind(gpu, &step, &x, &lw.attn_norm, &h),
                 q: ops.q.bind(gpu, &step, &h, &lw.wq, &q),
@@ -118,7 +153,7 @@ impl Forward {
                 rope_q: ops.rope_q.bind(gpu, &step, &q),
                 rope_k: ops.rope_k.bind(gpu, &step, &k),
                 store: ops.store.bind(gpu, &step, &k, &v, &page_table, kc, vc),
-                attn: ops.attn.bind(gpu, &step, &q, &page_table, kc, vc, &att),
+                attn: ops.attn.bind(gpu, &step, &split, &q, &page_table, kc, vc, scratch, &att),
                 o: ops.o.bind(gpu, &step, &att, &lw.wo, &x),
                 ffn_norm: ops.norm.bind(gpu, &step, &x, &lw.ffn_norm, &h),
                 gate: ops.gate.bind(gpu, &step, &h, &lw.w_gate, &gate),
@@ -133,6 +168,8 @@ impl Forward {
         let head = w.lm_head();
         let lm_head_op = Matmul::new(gpu, head.ty, head.k, head.n, false);
         let lm_head_b = lm_head_op.bind(gpu, &step_last, &last, head, &logits);
+        let top2_op = Top2Op::new(gpu, cfg.vocab_size);
+        let top2_b = top2_op.bind(gpu, &pick_params, &logits, &banned_ids, &picked);
         Ok(Self {
             max_batch,
             max_pages,
@@ -141,22 +178,55 @@ impl Forward {
             step_last,
             ids,
             page_table,
+            split,
             logits,
+            logits_staging,
+            pick_params,
+            n_banned: banned.len() as u32,
+            picked,
+            picked_staging,
             embed: (embed_op, embed_b),
             layer_ops,
             layers,
             final_norm: (final_norm_op, final_norm_b),
             lm_head: (lm_head_op, lm_head_b),
+            top2: (top2_op, top2_b),
+            profiler: None,
         })
+    }
+
+    /// Ops in one pass of this model, at most: what a profiler must have room for.
+    pub fn max_ops(&self) -> usize {
+        2 + 14 * self.layers.len() + 2
     }
 
     /// Runs `tokens` (at most `max_batch`) at positions `start_pos..`, writing their K/V into
     /// the pages of `page_table` (which must cover every position up to the last token).
-    /// Returns the last token's logits when `want_logits`.
-    pub async fn run(&self, gpu: &Gpu, tokens: &[u32], start_pos: usize, page_table: &[u32], want_logits: bool) -> Result<Option<Vec<f32>>, EngineError> {
+    pub async fn run(&mut self, gpu: &Gpu, tokens: &[u32], start_pos: usize, page_table: &[u32]) -> Result<(), EngineError> {
+        self.submit(gpu, tokens, start_pos, page_table, Head::None).await
+    }
+
+    /// `run`, then reads back the last token's logits.
+    pub async fn run_logits(&mut self, gpu: &Gpu, tokens: &[u32], start_pos: usize, page_table: &[u32]) -> Result<Vec<f32>, EngineError> {
+        self.submit(gpu, tokens, start_pos, page_table, Head::Logits).await?;
+        let bytes = map_read(gpu, &self.logits_staging, self.vocab as u64 * 4).await?;
+        Ok(bytemuck::pod_collect_to_vec(&bytes))
+    }
+
+    /// `run`, then the greedy pick over the last token's logits (skipping the end-of-sequence
+    /// tokens when `ban_stops`), reading back 16 bytes.
+    pub async fn run_greedy(&mut self, gpu: &Gpu, tokens: &[u32], start_pos: usize, page_table: &[u32], ban_stops: bool) -> Result<Top2, EngineError> {
+        self.submit(gpu, tokens, start_pos, page_table, Head::Top2 { ban: ban_stops }).await?;
+        let bytes = map_read(gpu, &self.picked_staging, TOP2_BYTES).await?;
+        let words: [u32; 4] = bytemuck::pod_read_unaligned(&bytes);
+        Ok(Top2::from_words(words))
+    }
+
+    async fn submit(&mut self, gpu: &Gpu, tokens: &[u32], start_pos: usize, page_table: &[u32], head: Head) -> Result<(), EngineError> {
         let n = tokens.len();
-        assert!(n > 0 && n <= self.max_batch, "batch of {n} tokens outside 1..={}", self.max_batch);
-        assert!(page_table.len() <= self.max_pages, "page table of {} pages over {}", page_table.len(), self.max_pages);
+        if n == 0 || n > self.max_batch || page_table.len() > self.max_pages {
+            return Err(EngineError::Internal("a forward batch outside the sizes its buffers were made for"));
+        }
         let q = &gpu.queue;
         q.write_buffer(&self.ids, 0, bytemuck::cast_slice(tokens));
         q.write_buffer(&self.page_table, 0, bytemuck::cast_slice(page_table));
@@ -164,37 +234,76 @@ impl Forward {
         q.write_buffer(&self.step, 0, bytemuck::bytes_of(&step));
         let last = StepParams { n_tokens: 1, start_pos: (start_pos + n - 1) as u32, ..Default::default() };
         q.write_buffer(&self.step_last, 0, bytemuck::bytes_of(&last));
+        let plan = self.layer_ops.first().map_or_else(SplitParams::default, |ops| ops.attn.plan(n as u32, start_pos as u32));
+        q.write_buffer(&self.split, 0, bytemuck::bytes_of(&plan));
+        if let Head::Top2 { ban } = head {
+            let pick = PickParams { n_banned: if ban { self.n_banned } else { 0 }, ..Default::default() };
+            q.write_buffer(&self.pick_params, 0, bytemuck::bytes_of(&pick));
+        }
 
         let mut enc = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("forward") });
-        {
-            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("forward"), timestamp_writes: None });
-            let t = n as u32;
-            self.embed.0.encode(&mut pass, &self.embed.1, t);
-            for (ops, b) in self.layer_ops.iter().zip(&self.layers) {
-                ops.norm.encode(&mut pass, &b.attn_norm, t);
-                ops.q.encode(&mut pass, &b.q, t);
-                ops.k.encode(&mut pass, &b.k, t);
-                ops.v.encode(&mut pass, &b.v, t);
-                ops.rope_q.encode(&mut pass, &b.rope_q, t);
-                ops.rope_k.encode(&mut pass, &b.rope_k, t);
-                ops.store.encode(&mut pass, &b.store, t);
-                ops.attn.encode(&mut pass, &b.attn, t);
-                ops.o.encode(&mut pass, &b.o, t);
-                ops.norm.encode(&mut pass, &b.ffn_norm, t);
-                ops.gate.encode(&mut pass, &b.gate, t);
-                ops.up.encode(&mut pass, &b.up, t);
-                ops.silu.encode(&mut pass, &b.silu, t);
-                ops.down.encode(&mut pass, &b.down, t);
+        let ops = match &self.profiler {
+            Some(p) => {
+                let mut rec = p.recorder(&mut enc);
+                self.record(&mut rec, n as u32, plan, head);
+                let ops = rec.finish();
+                p.resolve(&mut enc, ops.len());
+                Some(ops)
             }
-            if want_logits {
-                self.final_norm.0.encode(&mut pass, &self.final_norm.1, t);
-                self.lm_head.0.encode(&mut pass, &self.lm_head.1, 1);
+            None => {
+                let mut rec = Recorder::one_pass(&mut enc, "forward");
+                self.record(&mut rec, n as u32, plan, head);
+                rec.finish();
+                None
             }
+        };
+        match head {
+            Head::None => {}
+            Head::Logits => enc.copy_buffer_to_buffer(&self.logits, 0, &self.logits_staging, 0, self.vocab as u64 * 4),
+            Head::Top2 { .. } => enc.copy_buffer_to_buffer(&self.picked, 0, &self.picked_staging, 0, TOP2_BYTES),
         }
         q.submit([enc.finish()]);
-        if !want_logits {
-            return Ok(None);
+        if let (Some(p), Some(ops)) = (&mut self.profiler, ops) {
+            p.collect(n, ops).await?;
         }
-        Ok(Some(read_f32(gpu, &self.logits, 0, self.vocab as u64).await?))
+        Ok(())
     }
+
+    /// Encodes the pass's ops, in order, for a batch of `t` tokens.
+    fn record(&self, rec: &mut Recorder<'_>, t: u32, plan: SplitParams, head: Head) {
+        rec.op(OpRole::Embed, 1, |p| self.embed.0.encode(p, &self.embed.1, t));
+        for (ops, b) in self.layer_ops.iter().zip(&self.layers) {
+            rec.op(OpRole::AttnNorm, 1, |p| ops.norm.encode(p, &b.attn_norm, t));
+            rec.op(OpRole::QkvMatmul, b.q.dispatches(), |p| ops.q.encode(p, &b.q, t));
+            rec.op(OpRole::QkvMatmul, b.k.dispatches(), |p| ops.k.encode(p, &b.k, t));
+            rec.op(OpRole::QkvMatmul, b.v.dispatches(), |p| ops.v.encode(p, &b.v, t));
+            rec.op(OpRole::Rope, 1, |p| ops.rope_q.encode(p, &b.rope_q, t));
+            rec.op(OpRole::Rope, 1, |p| ops.rope_k.encode(p, &b.rope_k, t));
+            rec.op(OpRole::KvStore, 1, |p| ops.store.encode(p, &b.store, t));
+            rec.op(OpRole::Attention, 2, |p| ops.attn.encode(p, &b.attn, t, plan));
+            rec.op(OpRole::OutMatmul, b.o.dispatches(), |p| ops.o.encode(p, &b.o, t));
+            rec.op(OpRole::FfnNorm, 1, |p| ops.norm.encode(p, &b.ffn_norm, t));
+            rec.op(OpRole::GateUpMatmul, b.gate.dispatches(), |p| ops.gate.encode(p, &b.gate, t));
+            rec.op(OpRole::GateUpMatmul, b.up.dispatches(), |p| ops.up.encode(p, &b.up, t));
+            rec.op(OpRole::SiluMul, 1, |p| ops.silu.encode(p, &b.silu, t));
+            rec.op(OpRole::DownMatmul, b.down.dispatches(), |p| ops.down.encode(p, &b.down, t));
+        }
+        if head != Head::None {
+            rec.op(OpRole::FinalNorm, 1, |p| self.final_norm.0.encode(p, &self.final_norm.1, t));
+            rec.op(OpRole::LmHead, self.lm_head.1.dispatches(), |p| self.lm_head.0.encode(p, &self.lm_head.1, 1));
+        }
+        if let Head::Top2 { .. } = head {
+            rec.op(OpRole::Top2, 1, |p| self.top2.0.encode(p, &self.top2.1));
+        }
+    }
+}
+
+/// A buffer the CPU maps to read what a pass copied into it; reused by every pass.
+fn staging(gpu: &Gpu, label: &str, bytes: u64) -> wgpu::Buffer {
+    gpu.device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some(label),
+        size: bytes.max(4).next_multiple_of(4),
+        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    })
 }

@@ -52,6 +52,8 @@ pub enum EngineError {
     LoaderFailed,
     #[error("this request is over; start a new one")]
     RequestOver,
+    #[error("the model gave no finite logit to choose a token from (every logit NaN or -inf)")]
+    NoFiniteLogits,
     #[error("internal error: {0}")]
     Internal(&'static str),
 }
@@ -120,6 +122,9 @@ pub struct GenerationStats {
 pub struct Generation {
     /// Every token sampled, up to (not including) an end-of-sequence token.
     pub tokens: Vec<u32>,
+    /// For each of `tokens`, its logit's lead over the runner-up's: where two numerically
+    /// different runs part, a small gap (a near tie) explains it.
+    pub top2_gaps: Vec<f32>,
     /// The decoded reply, cut before a stop string if one appeared.
     pub text: String,
     pub finish_reason: FinishReason,
@@ -180,7 +185,7 @@ impl Engine {
         let cache = PrefixCache::new(pool.n_pages as u32, opts.page_size, fingerprint);
         let max_context = opts.max_context.unwrap_or(cfg.n_ctx_train).min(cfg.n_ctx_train).min(cache.capacity_tokens());
         let max_pages = max_context.div_ceil(opts.page_size);
-        let forward = Forward::new(&gpu, &cfg, &weights, &pool, opts.max_batch, max_pages);
+        let forward = Forward::new(&gpu, &cfg, &weights, &pool, opts.max_batch, max_pages, tokenizer.stop_ids());
         alloc.finish().await?;
         let forward = forward?;
         gpu.check()?;
@@ -202,6 +207,18 @@ impl Engine {
             pool,
             forward,
         })
+    }
+
+    /// Profiles every forward pass from now on (each op in its own timestamped pass), or stops
+    /// and returns what was measured. Starting fails when the device has no timestamp queries.
+    pub fn profile(&mut self, on: bool) -> Result<Vec<crate::gpu::profile::PassProfile>, EngineError> {
+        let done = self.forward.profiler.take().map(|p| p.passes).unwrap_or_default();
+        if on {
+            let profiler = crate::gpu::profile::Profiler::new(&self.gpu, self.forward.max_ops())
+                .ok_or(EngineError::Gpu(GpuError::NoTimestamps(self.gpu.info.name.clone())))?;
+            self.forward.profiler = Some(profiler);
+        }
+        Ok(done)
     }
 
     pub fn kv_capacity_tokens(&self) -> usize {
@@ -339,8 +356,11 @@ impl Engine {
         let mut pos = start;
         while pos < tokens.len() {
             let end = (pos + self.forward.max_batch).min(tokens.len());
-            let is_last = end == tokens.len();
-            logits = self.forward.run(&self.gpu, &tokens[pos..end], pos, seq.pages(), is_last).await?;
+            if end == tokens.len() {
+                logits = Some(self.forward.run_logits(&self.gpu, &tokens[pos..end], pos, seq.pages()).await?);
+            } else {
+                self.forward.run(&self.gpu, &tokens[pos..end], pos, seq.pages()).await?;
+            }
             pos = end;
         }
         seq.extend(&tokens[start..]);

@@ -6,6 +6,7 @@
 
 use web_time::Instant;
 
+use crate::gpu::ops::Top2;
 use crate::gpu::readback::work_done;
 use crate::kv::Sequence;
 use crate::tokenizer::{Message, StreamDecoder};
@@ -20,11 +21,16 @@ pub enum Step {
     /// A prefill batch ran: `done` of the prompt's `total` tokens now have KV (reused included).
     Prefill { done: usize, total: usize },
     /// A token was sampled. `text` is what may be shown now: empty while an unfinished
-    /// character or a possible stop string is held back. `top2_gap` is its logit's lead over
-    /// the runner-up (near ties explain where two numerically different engines part).
-    Token { token: u32, text: String, top2_gap: f32 },
+    /// character or a possible stop string is held back.
+    Token { token: u32, text: String },
     /// The request ended. `tail` is text held back until now, not yet given by a `Token` step.
     Done { generation: Generation, tail: String },
+}
+
+/// What the forward pass over the last known token gave the next step to choose from.
+enum Next {
+    Picked(Top2),
+    Logits(Vec<f32>),
 }
 
 /// A request in flight. Its sequence holds locked cache pages: end it through `Engine::step`
@@ -37,6 +43,8 @@ pub struct Request {
     decoder: StreamDecoder,
     stops: StopMatcher,
     out: Vec<u32>,
+    /// Each sampled token's top-2 logit gap.
+    gaps: Vec<f32>,
     reused: usize,
     restored: usize,
     /// The spill store was probed for the pages after the GPU match.
@@ -45,8 +53,8 @@ pub struct Request {
     prefill_s: f64,
     first_token: Option<Instant>,
     ttft_s: Option<f64>,
-    /// Logits of the last position, once prefill is done and until they are sampled.
-    logits: Option<Vec<f32>>,
+    /// What the last position's forward pass gave, once prefill is done and until sampled.
+    next: Option<Next>,
     /// A sampled token whose KV is not computed yet (the next step's forward pass).
     unfed: Option<u32>,
     finish: Option<FinishReason>,
@@ -90,6 +98,7 @@ impl Engine {
             decoder: StreamDecoder::new(),
             stops: StopMatcher::new(params.stop.clone()),
             out: Vec::new(),
+            gaps: Vec::new(),
             reused,
             restored: 0,
             restore_checked: false,
@@ -97,7 +106,7 @@ impl Engine {
             prefill_s: 0.0,
             first_token: None,
             ttft_s: None,
-            logits: None,
+            next: None,
             unfed: None,
             finish: None,
             over: false,
@@ -181,17 +190,15 @@ impl Engine {
         let pos = req.seq.len();
         if pos < req.prompt.len() {
             let end = (pos + self.forward.max_batch).min(req.prompt.len());
-            let is_last = end == req.prompt.len();
-            let logits = self.forward.run(&self.gpu, &req.prompt[pos..end], pos, req.seq.pages(), is_last).await?;
-            if !is_last {
+            if end == req.prompt.len() {
+                req.next = Some(self.forward_last(&req.prompt[pos..end], pos, req.seq.pages(), &req.params).await?);
+                req.prefill_s = req.started.elapsed().as_secs_f64();
+            } else {
+                self.forward.run(&self.gpu, &req.prompt[pos..end], pos, req.seq.pages()).await?;
                 work_done(&self.gpu).await?;
             }
             self.gpu.check()?;
             req.seq.extend(&req.prompt[pos..end]);
-            if is_last {
-                req.logits = logits;
-                req.prefill_s = req.started.elapsed().as_secs_f64();
-            }
             return Ok(Step::Prefill { done: end, total: req.prompt.len() });
         }
         if req.finish.is_some() {
@@ -200,22 +207,25 @@ impl Engine {
         }
         // Decode: compute the KV of the token sampled last step, then sample the next.
         if let Some(token) = req.unfed.take() {
-            let l = self.forward.run(&self.gpu, &[token], req.seq.len(), req.seq.pages(), true).await?;
+            let next = self.forward_last(&[token], req.seq.len(), req.seq.pages(), &req.params).await?;
             self.gpu.check()?;
             req.seq.extend(&[token]);
-            req.logits = l;
+            req.next = Some(next);
         }
-        let mut logits = req.logits.take().ok_or(EngineError::Internal("no logits to sample from"))?;
-        if req.params.ignore_eos {
-            // As llama.cpp's ignore_eos: the end-of-sequence tokens are never chosen.
-            for &id in self.tokenizer.stop_ids() {
-                if let Some(l) = logits.get_mut(id as usize) {
-                    *l = f32::NEG_INFINITY;
+        let (token, top2_gap) = match req.next.take().ok_or(EngineError::Internal("no logits to sample from"))? {
+            Next::Picked(top2) => (top2.index.ok_or(EngineError::NoFiniteLogits)?, top2.gap()),
+            Next::Logits(mut logits) => {
+                if req.params.ignore_eos {
+                    // As llama.cpp's ignore_eos: the end-of-sequence tokens are never chosen.
+                    for &id in self.tokenizer.stop_ids() {
+                        if let Some(l) = logits.get_mut(id as usize) {
+                            *l = f32::NEG_INFINITY;
+                        }
+                    }
                 }
+                (req.sampler.sample(&logits), top2_gap(&logits))
             }
-        }
-        let token = req.sampler.sample(&logits);
-        let top2_gap = top2_gap(&logits);
+        };
         req.ttft_s.get_or_insert_with(|| req.started.elapsed().as_secs_f64());
         req.first_token.get_or_insert_with(Instant::now);
         if !req.params.ignore_eos && self.tokenizer.stop_ids().contains(&token) {
@@ -224,6 +234,7 @@ impl Engine {
             return Ok(Step::Done { generation: self.generation(req), tail });
         }
         req.out.push(token);
+        req.gaps.push(top2_gap);
         let piece = req.decoder.push(&self.tokenizer, token)?;
         let (text, stopped) = req.stops.push(&piece);
         let next_len = req.seq.len() + 1;
@@ -237,7 +248,17 @@ impl Engine {
             req.unfed = Some(token);
             None
         };
-        Ok(Step::Token { token, text, top2_gap })
+        Ok(Step::Token { token, text })
+    }
+
+    /// Runs the batch ending the known tokens and returns what choosing the next one needs:
+    /// for greedy decoding the GPU's pick (16 bytes read back), otherwise the logits.
+    async fn forward_last(&mut self, tokens: &[u32], pos: usize, pages: &[u32], params: &SamplingParams) -> Result<Next, EngineError> {
+        Ok(if params.is_greedy() {
+            Next::Picked(self.forward.run_greedy(&self.gpu, tokens, pos, pages, params.ignore_eos).await?)
+        } else {
+            Next::Logits(self.forward.run_logits(&self.gpu, tokens, pos, pages).await?)
+        })
     }
 
     /// Text held back for a possible stop string or an unfinished character, released at the end.
@@ -268,6 +289,7 @@ impl Engine {
                 decode_tokens_per_s: req.out.len().saturating_sub(1) as f64 / decode_s.max(1e-9),
             },
             tokens: req.out.clone(),
+            top2_gaps: req.gaps.clone(),
             text: req.stops.text().to_string(),
             finish_reason: req.finish.unwrap_or(FinishReason::Aborted),
             hit_stop_string: req.stops.stopped(),

@@ -29,6 +29,11 @@ impl SamplingParams {
     pub fn greedy(max_tokens: usize) -> Self {
         Self { temperature: 0.0, max_tokens, ..Self::default() }
     }
+
+    /// Whether the next token is the argmax (then the GPU picks it, reading back 16 bytes).
+    pub fn is_greedy(&self) -> bool {
+        self.temperature <= 0.0
+    }
 }
 
 /// A sampler holds the random state of one generation, so a seed reproduces a whole reply.
@@ -44,7 +49,7 @@ impl Sampler {
     }
 
     pub fn sample(&mut self, logits: &[f32]) -> u32 {
-        if self.params.temperature <= 0.0 {
+        if self.params.is_greedy() {
             return argmax(logits);
         }
         // Candidates sorted by logit, cut by top-k, turned into probabilities, cut by top-p.

@@ -150,16 +150,16 @@ impl SpillTier {
         let more = unsaved.len() > max_pages;
         unsaved.truncate(max_pages);
         self.capture(gpu, unsaved);
-        self.flush().await;
+        self.flush(gpu).await;
         more
     }
 
     /// Reads back every captured batch and writes its records to the store.
-    pub async fn flush(&mut self) {
+    pub async fn flush(&mut self, gpu: &Gpu) {
         let record_bytes = self.shape.payload_words() * 4;
         for pending in std::mem::take(&mut self.pending) {
             let len = (pending.pages.len() * record_bytes) as u64;
-            let words = match map_read(&pending.staging, len).await {
+            let words = match map_read(gpu, &pending.staging, len).await {
                 Ok(bytes) => bytes,
                 Err(e) => {
                     self.note_error(e.to_string());

@@ -1,5 +1,6 @@
 //! The device, its limits and small buffer helpers.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::pipelines::PipelineCache;
@@ -22,6 +23,8 @@ pub enum GpuError {
     OutOfMemory { what: String },
     #[error("the GPU device was lost ({0}); the model must be loaded again")]
     DeviceLost(String),
+    #[error("the adapter {0} has no timestamp queries: GPU times per kernel cannot be measured")]
+    NoTimestamps(String),
     #[error("GPU error: {0}")]
     Uncaptured(String),
 }
@@ -62,6 +65,8 @@ pub struct Gpu {
     pub info: wgpu::AdapterInfo,
     pub(crate) pipelines: PipelineCache,
     health: Arc<Health>,
+    /// Bytes copied from the GPU to the CPU so far (`readback::map_read`).
+    read_back: AtomicU64,
 }
 
 /// What the device reported on its own: errors no scope captured, and its loss. wgpu's default
@@ -111,7 +116,8 @@ impl Gpu {
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
                 label: Some("radixlm"),
-                required_features: wgpu::Features::empty(),
+                // Timestamp queries cost nothing unless used: the profiler uses them.
+                required_features: adapter.features() & wgpu::Features::TIMESTAMP_QUERY,
                 required_limits: required_limits.clone(),
                 ..Default::default()
             })
@@ -128,7 +134,24 @@ impl Gpu {
             let mut slot = h.lost.lock().unwrap_or_else(|p| p.into_inner());
             slot.get_or_insert_with(|| format!("{reason:?}: {message}"));
         });
-        Ok(Gpu { limits: device.limits(), info: adapter.get_info(), device, queue, pipelines: PipelineCache::default(), health })
+        Ok(Gpu {
+            limits: device.limits(),
+            info: adapter.get_info(),
+            device,
+            queue,
+            pipelines: PipelineCache::default(),
+            health,
+            read_back: AtomicU64::new(0),
+        })
+    }
+
+    /// Bytes read back from the GPU since the device opened.
+    pub fn bytes_read_back(&self) -> u64 {
+        self.read_back.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn count_read_back(&self, bytes: u64) {
+        self.read_back.fetch_add(bytes, Ordering::Relaxed);
     }
 
     /// Opens error scopes for allocations of `what`; `AllocScope::finish` reports their errors.

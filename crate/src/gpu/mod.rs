@@ -12,7 +12,7 @@
 //! | `Matmul` ×3 | h, Wq / Wk / Wv | q (T, H·D), k (T, Hkv·D), v (T, Hkv·D) |
 //! | `Rope` ×2 | q, k | q, k in place |
 //! | `KvStore` | k, v, page table | this layer's k_cache, v_cache (f16 pairs) |
-//! | `AttentionPaged` | q, page table, k_cache, v_cache | a (T, H·D) |
+//! | `AttentionPaged` (split over the keys, then combined) | q, page table, k_cache, v_cache | a (T, H·D) |
 //! | `Matmul` (accumulate) | a, Wo | x += a·Woᵀ (the residual add) |
 //! | `RmsNorm` | x, ffn_norm | h |
 //! | `Matmul` ×2 | h, Wgate / Wup | g, u (T, F) |
@@ -20,14 +20,17 @@
 //! | `Matmul` (accumulate) | f, Wdown | x += f·Wdownᵀ |
 //!
 //! then `RmsNorm` with `last_row_only` (x → h1 (1, C)), `Matmul` for the LM head bound to a
-//! second `StepParams` buffer holding n_tokens = 1 (h1 → logits (1, V)), and `read_f32` of the
-//! logits (or `Argmax` and `read_u32` of one word for greedy decoding). Embedding (`Embed`,
-//! ids → x) opens the pass. Weights of any supported GGUF type are dequantized inside `Embed`
-//! and `Matmul`; a weight larger than the storage-binding limit is split by rows into parts,
-//! each dispatched over its own row range of the output.
+//! second `StepParams` buffer holding n_tokens = 1 (h1 → logits (1, V)), and a copy of the
+//! logits to a staging buffer (or, for greedy decoding, `Top2Op` and a copy of its 16 bytes),
+//! all in one submit. Embedding (`Embed`, ids → x) opens the pass. Weights of any supported
+//! GGUF type are dequantized inside `Embed` and `Matmul`; a weight larger than the
+//! storage-binding limit is split by rows into parts, each dispatched over its own row range of
+//! the output. `profile::Recorder` encodes the ops, into one pass or (profiling) one
+//! timestamped pass each.
 
 pub mod context;
 pub mod pipelines;
+pub mod profile;
 pub mod readback;
 pub mod weights;
 pub mod ops;

@@ -16,7 +16,7 @@ pub enum OpKind {
     KvQuant,
     AttentionPaged,
     SiluMul,
-    Argmax,
+    Top2,
 }
 
 /// How a kernel sees one binding of group 0, in binding order.

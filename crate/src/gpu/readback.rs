@@ -41,12 +41,19 @@ async fn read_bytes(gpu: &Gpu, buf: &wgpu::Buffer, offset: u64, len: u64) -> Res
     let mut enc = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("readback") });
     enc.copy_buffer_to_buffer(buf, offset, &staging, 0, len);
     gpu.queue.submit([enc.finish()]);
-    map_read(&staging, len).await
+    map_read(gpu, &staging, len).await
 }
 
 /// The first `len` bytes of a `MAP_READ` buffer once the GPU has written it (the copy into it
-/// must be submitted already); the buffer is unmapped again, ready for reuse.
-pub async fn map_read(staging: &wgpu::Buffer, len: u64) -> Result<Vec<u8>, GpuError> {
+/// must be submitted already); the buffer is unmapped again, ready for reuse. Counted in
+/// `Gpu::bytes_read_back`.
+pub async fn map_read(gpu: &Gpu, staging: &wgpu::Buffer, len: u64) -> Result<Vec<u8>, GpuError> {
+    gpu.count_read_back(len);
+    map_read_untracked(staging, len).await
+}
+
+/// `map_read` without counting: the profiler's own timestamps are not the engine's traffic.
+pub(crate) async fn map_read_untracked(staging: &wgpu::Buffer, len: u64) -> Result<Vec<u8>, GpuError> {
     let (tx, rx) = futures_channel::oneshot::channel();
     staging.map_async(wgpu::MapMode::Read, ..len, move |r| {
         let _ = tx.send(r);

@@ -36,7 +36,8 @@ enum Phase {
 
 fn js_error(e: &EngineError, phase: Phase) -> JsValue {
     let name = match e {
-        EngineError::Gguf(_) | EngineError::Model(_) => "ModelFormatError",
+        // Logits that are all NaN or -inf come from NaN or infinite weights.
+        EngineError::Gguf(_) | EngineError::Model(_) | EngineError::NoFiniteLogits => "ModelFormatError",
         EngineError::Tokenizer(_) => match phase {
             Phase::Load => "ModelFormatError",
             Phase::Request => "InvalidRequestError",
@@ -46,7 +47,7 @@ fn js_error(e: &EngineError, phase: Phase) -> JsValue {
             GpuError::RequestDevice(_) | GpuError::Weight { .. } => "AdapterLimitsError",
             GpuError::OutOfMemory { .. } => "GpuOutOfMemoryError",
             GpuError::DeviceLost(_) => "DeviceLostError",
-            GpuError::Readback(_) | GpuError::ReadbackRange { .. } | GpuError::Uncaptured(_) => "GpuError",
+            GpuError::Readback(_) | GpuError::ReadbackRange { .. } | GpuError::Uncaptured(_) | GpuError::NoTimestamps(_) => "GpuError",
         },
         EngineError::PromptTooLong { .. } | EngineError::Cache(_) => "PromptTooLongError",
         EngineError::EmptyPrompt | EngineError::NoChatTemplate => "InvalidRequestError",
@@ -300,6 +301,7 @@ fn done_event(g: &Generation) -> String {
         "finish_reason": finish_reason(g.finish_reason),
         "text": g.text,
         "tokens": g.tokens,
+        "top2_gaps": g.top2_gaps,
         "usage": {
             "prompt_tokens": g.stats.prompt_tokens,
             "completion_tokens": g.stats.generated_tokens,
@@ -363,9 +365,7 @@ impl WasmEngine {
             let step = engine.step(req).await;
             let event = match step {
                 Ok(Step::Prefill { done, total }) => json!({ "type": "prefill", "done": done, "total": total }).to_string(),
-                Ok(Step::Token { token, text, top2_gap }) => {
-                    json!({ "type": "token", "token": token, "text": text, "top2_gap": top2_gap }).to_string()
-                }
+                Ok(Step::Token { token, text }) => json!({ "type": "token", "token": token, "text": text }).to_string(),
                 Ok(Step::Done { generation, tail }) => {
                     if let Some(req) = current.take() {
                         engine.release(&mut req.into_sequence());
@@ -375,7 +375,7 @@ impl WasmEngine {
                         done
                     } else {
                         *pending_done = Some(done);
-                        json!({ "type": "token", "token": -1, "text": tail, "top2_gap": 0.0 }).to_string()
+                        json!({ "type": "token", "token": -1, "text": tail }).to_string()
                     }
                 }
                 Err(e) => {

@@ -1,25 +1,78 @@
-//! Causal GQA attention over the paged f16 KV cache (attention_paged.wgsl).
+//! Causal GQA attention over the paged f16 KV cache, split over the keys (attention_paged.wgsl:
+//! `partial` per (split, KV head, token), or `lanes` on CPU adapters, then `combine` per
+//! (head, token)).
 
 use super::wgsl;
-use crate::gpu::pipelines::{Kernel, OpKind, PipelineKey, Slot};
+use crate::gpu::pipelines::{dispatch_linear, Kernel, OpKind, PipelineKey, Slot};
 use crate::gpu::Gpu;
 
 pub const KERNEL: Kernel = Kernel {
     op: OpKind::AttentionPaged,
     source: wgsl!("attention_paged.wgsl"),
-    slots: &[Slot::Uniform, Slot::Read, Slot::Read, Slot::Read, Slot::Read, Slot::ReadWrite],
+    slots: &[Slot::Uniform, Slot::Uniform, Slot::Read, Slot::Read, Slot::Read, Slot::Read, Slot::ReadWrite, Slot::ReadWrite],
 };
 
 /// Largest head dimension the kernel holds (attention_paged.wgsl MAX_D).
 pub const MAX_HEAD_DIM: usize = 256;
 /// Most query heads per KV head (attention_paged.wgsl MAX_G).
 pub const MAX_GROUP: usize = 8;
+/// Workgroup words for a tile of keys or values (attention_paged.wgsl TILE_WORDS), and the most
+/// keys in a tile (MAX_TK).
+const TILE_WORDS: u32 = 1040;
+const MAX_TILE_KEYS: u32 = 32;
+/// Workgroups a step should give the GPU at least, so that one decoded token over a long
+/// prefix fills a phone's or a desktop's GPU; splits stop at two tiles of keys each.
+const TARGET_WORKGROUPS: u32 = 256;
+const MIN_TILES_PER_SPLIT: u32 = 2;
+/// Splits per (token, head) the scratch buffer has room for when a step is a single token.
+const SPLITS_AT_ONE_TOKEN: u32 = 64;
+/// The CPU variant: lanes per workgroup (attention_paged.wgsl LANES), lanes a step should have
+/// (a few workgroups per CPU thread) and the fewest keys a lane walks.
+const LANES: u32 = 16;
+const TARGET_LANES: u32 = 128;
+const MIN_KEYS_PER_LANE: u32 = 64;
+
+/// How the kernel is shaped for the adapter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttentionShape {
+    /// Workgroups of 64 lanes over tiles of keys in workgroup memory: real GPUs, the default.
+    Tiled,
+    /// One lane per (token, head, split), no workgroup memory or barriers: CPU adapters
+    /// (llvmpipe, SwiftShader), where a barrier costs more than a tile's arithmetic.
+    Lanes,
+}
+
+impl AttentionShape {
+    pub fn for_adapter(info: &wgpu::AdapterInfo) -> Self {
+        if info.device_type == wgpu::DeviceType::Cpu { Self::Lanes } else { Self::Tiled }
+    }
+}
+
+/// attention_paged.wgsl `SplitParams`: how a step's keys are split.
+#[repr(C)]
+#[derive(bytemuck::Pod, bytemuck::Zeroable, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SplitParams {
+    pub keys_per_split: u32,
+    pub splits: u32,
+    pub _pad: [u32; 2],
+}
+
+/// Keys per tile for a head dimension: as many as the tile's workgroup words hold (rows of
+/// D/2 words, padded by one), at most MAX_TILE_KEYS.
+fn tile_keys(head_dim: usize) -> u32 {
+    (TILE_WORDS / (head_dim as u32 / 2 + 1)).min(MAX_TILE_KEYS)
+}
 
 /// q (T, H, D) f32 + the caches through page_table → out (T, H, D) f32: query t (position
 /// start_pos + t) attends positions 0..=start_pos+t of KV head h / (H / Hkv), scale 1/sqrt(D).
 pub struct AttentionPaged {
+    shape: AttentionShape,
+    n_heads: u32,
     n_kv_heads: u32,
-    pipeline: wgpu::ComputePipeline,
+    tile_keys: u32,
+    max_batch: u32,
+    partial: wgpu::ComputePipeline,
+    combine: wgpu::ComputePipeline,
 }
 
 pub struct AttentionPagedBinding {
@@ -27,34 +80,93 @@ pub struct AttentionPagedBinding {
 }
 
 impl AttentionPaged {
-    /// `head_dim` must be even and at most `MAX_HEAD_DIM`; `n_kv_heads` must divide `n_heads`
-    /// with at most `MAX_GROUP` query heads per KV head.
-    pub fn new(gpu: &Gpu, n_heads: usize, n_kv_heads: usize, head_dim: usize, page_size: usize) -> Self {
-        assert!(
-            head_dim % 2 == 0 && head_dim <= MAX_HEAD_DIM && n_kv_heads > 0 && n_heads % n_kv_heads == 0 && n_heads / n_kv_heads <= MAX_GROUP,
-            "attention: unsupported heads {n_heads}/{n_kv_heads} × {head_dim}"
-        );
-        let key = PipelineKey::new(OpKind::AttentionPaged, "main")
-            .with("H", n_heads as u32)
-            .with("HKV", n_kv_heads as u32)
-            .with("D", head_dim as u32)
-            .with("PAGE", page_size as u32);
-        Self { n_kv_heads: n_kv_heads as u32, pipeline: gpu.pipeline(&KERNEL, key) }
+    /// Whether the kernel serves these heads: `head_dim` even and at most `MAX_HEAD_DIM`,
+    /// `n_kv_heads` dividing `n_heads` with at most `MAX_GROUP` query heads per KV head.
+    pub fn supports(n_heads: usize, n_kv_heads: usize, head_dim: usize) -> bool {
+        head_dim.is_multiple_of(2) && head_dim <= MAX_HEAD_DIM && n_kv_heads > 0 && n_heads.is_multiple_of(n_kv_heads) && n_heads / n_kv_heads <= MAX_GROUP
     }
 
-    /// Binds `step` (StepParams), `q` (T, H, D) f32, `page_table` (pages) u32, the caches
-    /// (pages, page_size, Hkv, D/2) u32 and `out` (T, H, D) f32.
-    pub fn bind(&self, gpu: &Gpu, step: &wgpu::Buffer, q: &wgpu::Buffer, page_table: &wgpu::Buffer, k_cache: &wgpu::Buffer, v_cache: &wgpu::Buffer, out: &wgpu::Buffer) -> AttentionPagedBinding {
-        AttentionPagedBinding { group: gpu.bind_group("attention_paged", KERNEL.slots, &[step, q, page_table, k_cache, v_cache, out]) }
+    /// For steps of at most `max_batch` tokens; the heads must be `supports`ed.
+    pub fn new(gpu: &Gpu, shape: AttentionShape, n_heads: usize, n_kv_heads: usize, head_dim: usize, page_size: usize, max_batch: usize) -> Self {
+        assert!(Self::supports(n_heads, n_kv_heads, head_dim), "attention: unsupported heads {n_heads}/{n_kv_heads} × {head_dim}");
+        let tile_keys = tile_keys(head_dim);
+        let key = |entry| {
+            PipelineKey::new(OpKind::AttentionPaged, entry)
+                .with("H", n_heads as u32)
+                .with("HKV", n_kv_heads as u32)
+                .with("D", head_dim as u32)
+                .with("PAGE", page_size as u32)
+                .with("TK", tile_keys)
+        };
+        Self {
+            shape,
+            n_heads: n_heads as u32,
+            n_kv_heads: n_kv_heads as u32,
+            tile_keys,
+            max_batch: max_batch as u32,
+            partial: gpu.pipeline(&KERNEL, key(match shape {
+                AttentionShape::Tiled => "partial",
+                AttentionShape::Lanes => "lanes",
+            })),
+            combine: gpu.pipeline(&KERNEL, key("combine")),
+        }
     }
 
-    pub fn encode(&self, pass: &mut wgpu::ComputePass, binding: &AttentionPagedBinding, n_tokens: u32) {
+    /// Bytes of the scratch buffer every layer's binding may share (layers run one after another).
+    pub fn scratch_bytes(&self, head_dim: usize) -> u64 {
+        let slots = self.max_batch.max(SPLITS_AT_ONE_TOKEN) as u64 * self.n_heads as u64;
+        slots * (head_dim as u64 + 2) * 4
+    }
+
+    /// How a step of `n_tokens` new tokens after `start_pos` cached ones splits its keys: into
+    /// enough splits to give the GPU TARGET_WORKGROUPS, each at least MIN_TILES_PER_SPLIT tiles
+    /// (on a CPU adapter TARGET_LANES lanes of at least MIN_KEYS_PER_LANE keys), within the
+    /// scratch buffer's room.
+    pub fn plan(&self, n_tokens: u32, start_pos: u32) -> SplitParams {
+        let n_tokens = n_tokens.max(1);
+        let (unit, wanted, min_units) = match self.shape {
+            AttentionShape::Tiled => (self.tile_keys, TARGET_WORKGROUPS.div_ceil(n_tokens * self.n_kv_heads), MIN_TILES_PER_SPLIT),
+            AttentionShape::Lanes => (1, TARGET_LANES.div_ceil(n_tokens * self.n_heads), MIN_KEYS_PER_LANE),
+        };
+        let units = (start_pos + n_tokens).div_ceil(unit);
+        let room = self.max_batch.max(SPLITS_AT_ONE_TOKEN) / n_tokens;
+        let splits = wanted.min(units.div_ceil(min_units)).min(room).max(1);
+        let per_split = units.div_ceil(splits);
+        SplitParams { keys_per_split: per_split * unit, splits: units.div_ceil(per_split), _pad: [0; 2] }
+    }
+
+    /// Binds `step` (StepParams), `split` (SplitParams), `q` (T, H, D) f32, `page_table` (pages)
+    /// u32, the caches (pages, page_size, Hkv, D/2) u32, `scratch` (`scratch_bytes`) and `out`
+    /// (T, H, D) f32.
+    #[allow(clippy::too_many_arguments)]
+    pub fn bind(
+        &self,
+        gpu: &Gpu,
+        step: &wgpu::Buffer,
+        split: &wgpu::Buffer,
+        q: &wgpu::Buffer,
+        page_table: &wgpu::Buffer,
+        k_cache: &wgpu::Buffer,
+        v_cache: &wgpu::Buffer,
+        scratch: &wgpu::Buffer,
+        out: &wgpu::Buffer,
+    ) -> AttentionPagedBinding {
+        AttentionPagedBinding { group: gpu.bind_group("attention_paged", KERNEL.slots, &[step, split, q, page_table, k_cache, v_cache, scratch, out]) }
+    }
+
+    /// Encodes both dispatches for a step planned as `plan` (the values in the bound `split`).
+    pub fn encode(&self, pass: &mut wgpu::ComputePass, binding: &AttentionPagedBinding, n_tokens: u32, plan: SplitParams) {
         if n_tokens == 0 {
             return;
         }
-        pass.set_pipeline(&self.pipeline);
         pass.set_bind_group(0, &binding.group, &[]);
-        // One workgroup per (KV head, token); both far below 65535.
-        pass.dispatch_workgroups(self.n_kv_heads, n_tokens, 1);
+        pass.set_pipeline(&self.partial);
+        match self.shape {
+            // splits ≤ 64, heads and tokens: all far below 65535.
+            AttentionShape::Tiled => pass.dispatch_workgroups(plan.splits, self.n_kv_heads, n_tokens),
+            AttentionShape::Lanes => dispatch_linear(pass, (n_tokens * self.n_heads * plan.splits).div_ceil(LANES)),
+        }
+        pass.set_pipeline(&self.combine);
+        pass.dispatch_workgroups(self.n_heads, n_tokens, 1);
     }
 }

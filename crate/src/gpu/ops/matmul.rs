@@ -38,6 +38,13 @@ pub struct MatmulBinding {
     parts: Vec<(wgpu::BindGroup, u32)>,
 }
 
+impl MatmulBinding {
+    /// Dispatches one product makes: one per weight part.
+    pub fn dispatches(&self) -> u32 {
+        self.parts.len() as u32
+    }
+}
+
 /// blocks.wgsl `Part`: the rows of the weight one buffer holds.
 #[repr(C)]
 #[derive(bytemuck::Pod, bytemuck::Zeroable, Clone, Copy)]

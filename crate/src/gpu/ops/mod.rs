@@ -3,7 +3,6 @@
 //! into a compute pass per step (`encode`, workgroup counts from `n_tokens`; the kernels also
 //! bound-check against the step's `n_tokens`).
 
-pub mod argmax;
 pub mod attention_paged;
 pub mod embed;
 pub mod kv_quant;
@@ -12,9 +11,9 @@ pub mod matmul;
 pub mod rmsnorm;
 pub mod rope;
 pub mod silu_mul;
+pub mod top2;
 
-pub use argmax::{Argmax, ArgmaxBinding};
-pub use attention_paged::{AttentionPaged, AttentionPagedBinding};
+pub use attention_paged::{AttentionPaged, AttentionPagedBinding, AttentionShape, SplitParams};
 pub use embed::{Embed, EmbedBinding};
 pub use kv_quant::{KvQuant, KvQuantBinding, SpillParams};
 pub use kv_store::{KvStore, KvStoreBinding};
@@ -22,6 +21,7 @@ pub use matmul::{Matmul, MatmulBinding};
 pub use rmsnorm::{RmsNorm, RmsNormBinding};
 pub use rope::{Rope, RopeBinding};
 pub use silu_mul::{SiluMul, SiluMulBinding};
+pub use top2::{PickParams, Top2, Top2Binding, Top2Op, TOP2_BYTES};
 
 use super::pipelines::Kernel;
 
@@ -42,7 +42,6 @@ pub(crate) use wgsl;
 
 /// Every kernel with its file name, for validation.
 pub const KERNELS: &[(&str, &Kernel)] = &[
-    ("argmax.wgsl", &argmax::KERNEL),
     ("attention_paged.wgsl", &attention_paged::KERNEL),
     ("embed.wgsl", &embed::KERNEL),
     ("kv_quant.wgsl", &kv_quant::KERNEL),
@@ -51,4 +50,5 @@ pub const KERNELS: &[(&str, &Kernel)] = &[
     ("rmsnorm.wgsl", &rmsnorm::KERNEL),
     ("rope.wgsl", &rope::KERNEL),
     ("silu_mul.wgsl", &silu_mul::KERNEL),
+    ("top2.wgsl", &top2::KERNEL),
 ];

@@ -1,0 +1,69 @@
+//! Greedy decoding's pick on the GPU (top2.wgsl): the largest logit's index and its lead over
+//! the runner-up, skipping banned ids, so a greedy step reads back 16 bytes, not V logits.
+
+use super::wgsl;
+use crate::gpu::pipelines::{Kernel, OpKind, PipelineKey, Slot};
+use crate::gpu::Gpu;
+
+pub const KERNEL: Kernel = Kernel { op: OpKind::Top2, source: wgsl!("top2.wgsl"), slots: &[Slot::Uniform, Slot::Read, Slot::Read, Slot::ReadWrite] };
+
+/// Bytes of the kernel's output: index, best and second logit (f32 bits), padding.
+pub const TOP2_BYTES: u64 = 16;
+
+/// top2.wgsl `PickParams`.
+#[repr(C)]
+#[derive(bytemuck::Pod, bytemuck::Zeroable, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PickParams {
+    /// How many of the banned ids apply this step (0: none).
+    pub n_banned: u32,
+    pub _pad: [u32; 3],
+}
+
+/// What the kernel found, decoded from its output words.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Top2 {
+    /// The largest logit's index, the lowest on ties; `None` when no logit beat -inf (all
+    /// banned, -inf or NaN).
+    pub index: Option<u32>,
+    pub best: f32,
+    pub second: f32,
+}
+
+impl Top2 {
+    pub fn from_words(words: [u32; 4]) -> Self {
+        let index = (words[0] != u32::MAX).then_some(words[0]);
+        Self { index, best: f32::from_bits(words[1]), second: f32::from_bits(words[2]) }
+    }
+
+    /// The best logit's lead over the runner-up (infinite when there is no runner-up).
+    pub fn gap(&self) -> f32 {
+        self.best - self.second
+    }
+}
+
+/// params, logits (V) f32, banned ids → out (4) u32.
+pub struct Top2Op {
+    pipeline: wgpu::ComputePipeline,
+}
+
+pub struct Top2Binding {
+    group: wgpu::BindGroup,
+}
+
+impl Top2Op {
+    pub fn new(gpu: &Gpu, vocab: usize) -> Self {
+        Self { pipeline: gpu.pipeline(&KERNEL, PipelineKey::new(OpKind::Top2, "main").with("V", vocab as u32)) }
+    }
+
+    /// Binds `params` (PickParams), `logits` (V) f32, `banned` (u32 ids, at least one word) and
+    /// `out` (at least TOP2_BYTES).
+    pub fn bind(&self, gpu: &Gpu, params: &wgpu::Buffer, logits: &wgpu::Buffer, banned: &wgpu::Buffer, out: &wgpu::Buffer) -> Top2Binding {
+        Top2Binding { group: gpu.bind_group("top2", KERNEL.slots, &[params, logits, banned, out]) }
+    }
+
+    pub fn encode(&self, pass: &mut wgpu::ComputePass, binding: &Top2Binding) {
+        pass.set_pipeline(&self.pipeline);
+        pass.set_bind_group(0, &binding.group, &[]);
+        pass.dispatch_workgroups(1, 1, 1);
+    }
+}
