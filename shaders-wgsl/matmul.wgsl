@@ -1,6 +1,8 @@
 // y = x · wᵀ (or y += x · wᵀ) for the rows of one weight part, the weights dequantized from
-// their GGUF blocks as they are read. Each thread computes a TOKENS × ROWS block of y straight
-// from storage, holding it in registers: decode uses TOKENS = 1, prefill TOKENS = 4.
+// their GGUF blocks as they are read. Decode on GPUs is `matvec_wide` (at the end). In
+// `matmul_rows`, prefill everywhere and decode on CPU adapters, each thread computes a
+// TOKENS × ROWS block of y straight from storage, holding it in registers: decode uses
+// TOKENS = 1, prefill TOKENS = 4.
 //
 // Why no workgroup-memory tiles: on llvmpipe (the CPU Vulkan driver CI runs on) every storage
 // or workgroup load whose address is not a compile-time uniform is a loop over the SIMD lanes,
@@ -182,6 +184,72 @@ fn matmul_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
             if (t0 + i < nt && r0 + j < part.rows) {
                 store(t0 + i, r0 + j, acc[i][j]);
             }
+        }
+    }
+}
+
+const WIDE_WG: u32 = 64u;  // gpu/ops/matmul.rs WIDE_WG
+const WIDE_ROWS: u32 = 4u; // gpu/ops/matmul.rs WIDE_ROWS
+var<workgroup> lane_sums: array<f32, MAX_TOKENS * WIDE_ROWS * WIDE_WG>; // 4 KiB
+
+// Decode on GPUs (steps of at most MAX_TOKENS tokens): a workgroup of WIDE_WG lanes computes
+// WIDE_ROWS rows for every token of the step. Lane l takes weights 4l .. 4l + 3, then
+// 4(l + WIDE_WG) .., so adjacent lanes read adjacent activations (one vec4 each) and adjacent
+// words of the same blocks, and each activation serves WIDE_ROWS rows; the lanes' sums are then
+// added in a tree in workgroup memory.
+@compute @workgroup_size(WIDE_WG)
+fn matvec_wide(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let r0 = linear_group(wid, nwg) * WIDE_ROWS;
+    if (r0 >= part.rows) {
+        return; // the whole workgroup: r0 is uniform
+    }
+    let nt = min(params.n_tokens, MAX_TOKENS);
+    let rb = row_bytes(K);
+    var wrow = array<u32, WIDE_ROWS>();
+    for (var j = 0u; j < WIDE_ROWS; j++) {
+        wrow[j] = min(r0 + j, part.rows - 1u) * rb;
+    }
+    var acc = array<array<f32, WIDE_ROWS>, MAX_TOKENS>();
+    let k4 = K / 4u * 4u;
+    for (var k = lid * 4u; k < k4; k += WIDE_WG * 4u) {
+        var xv = array<vec4<f32>, MAX_TOKENS>();
+        for (var i = 0u; i < nt; i++) {
+            xv[i] = x4(i * K + k);
+        }
+        for (var j = 0u; j < WIDE_ROWS; j++) {
+            let wv = weights4(wrow[j], k);
+            for (var i = 0u; i < nt; i++) {
+                acc[i][j] += dot(xv[i], wv);
+            }
+        }
+    }
+    for (var k = k4 + lid; k < K; k += WIDE_WG) {
+        for (var j = 0u; j < WIDE_ROWS; j++) {
+            let wv = weight1(wrow[j], k);
+            for (var i = 0u; i < nt; i++) {
+                acc[i][j] += wv * x[i * K + k];
+            }
+        }
+    }
+    for (var i = 0u; i < MAX_TOKENS; i++) {
+        for (var j = 0u; j < WIDE_ROWS; j++) {
+            lane_sums[(i * WIDE_ROWS + j) * WIDE_WG + lid] = acc[i][j];
+        }
+    }
+    workgroupBarrier();
+    for (var s = WIDE_WG / 2u; s > 0u; s >>= 1u) {
+        if (lid < s) {
+            for (var e = 0u; e < MAX_TOKENS * WIDE_ROWS; e++) {
+                lane_sums[e * WIDE_WG + lid] += lane_sums[e * WIDE_WG + lid + s];
+            }
+        }
+        workgroupBarrier();
+    }
+    if (lid < nt * WIDE_ROWS) {
+        let i = lid / WIDE_ROWS;
+        let j = lid % WIDE_ROWS;
+        if (r0 + j < part.rows) {
+            store(i, r0 + j, lane_sums[lid * WIDE_WG]);
         }
     }
 }

@@ -64,7 +64,8 @@ fn random_weight(rng: &mut SplitMix64, ty: GgmlType, k: usize, n: usize) -> (Vec
     (data, w)
 }
 
-fn check_matmul(gpu: &Gpu, rng: &mut SplitMix64, ty: GgmlType, t: usize, k: usize, n: usize, max_part_bytes: Option<u64>, accumulate: bool) {
+#[allow(clippy::too_many_arguments)]
+fn check_matmul(gpu: &Gpu, rng: &mut SplitMix64, shape: DecodeShape, ty: GgmlType, t: usize, k: usize, n: usize, max_part_bytes: Option<u64>, accumulate: bool) {
     let (data, w) = random_weight(rng, ty, k, n);
     let gw = match max_part_bytes {
         Some(m) => GpuWeight::upload_with_max_part_bytes(gpu, "w", ty, k, n, &data, m).unwrap(),
@@ -82,12 +83,12 @@ fn check_matmul(gpu: &Gpu, rng: &mut SplitMix64, ty: GgmlType, t: usize, k: usiz
     let step = gpu.uniform("step", &StepParams::new(t as u32, 0));
     let xb = gpu.upload("x", f32_bytes(&x));
     let yb = gpu.upload("y", f32_bytes(&y0));
-    let op = Matmul::new(gpu, ty, k, n, accumulate);
+    let op = Matmul::with_decode_shape(gpu, shape, ty, k, n, accumulate);
     let b = op.bind(gpu, &step, &xb, &gw, &yb);
     run(gpu, |p| op.encode(p, &b, t as u32));
     let got = read(gpu, &yb, t * n);
     // f32 accumulation in a different order than the reference: ~1e-6 relative.
-    assert_close(&format!("matmul {} T={t} K={k} N={n} acc={accumulate}", ty.name()), &got, &want, 1e-4);
+    assert_close(&format!("matmul {} T={t} K={k} N={n} acc={accumulate} decode {shape:?}", ty.name()), &got, &want, 1e-4);
 }
 
 #[test]
@@ -101,17 +102,23 @@ fn matmul_every_type_and_shape() {
         for &ty in types {
             let odd_k = if ty.block_len() == 1 { 257 } else { 288 };
             for t in [1, 3, 7, 33, 70] {
-                check_matmul(gpu, &mut rng, ty, t, odd_k, 257, None, false);
-                check_matmul(gpu, &mut rng, ty, t, 96, 64, None, true);
+                check_matmul(gpu, &mut rng, DecodeShape::Rows, ty, t, odd_k, 257, None, false);
+                check_matmul(gpu, &mut rng, DecodeShape::Rows, ty, t, 96, 64, None, true);
             }
             // An even number of blocks per row: Q4_0 and Q8_0 rows are then read by words.
             for t in [1, 7] {
-                check_matmul(gpu, &mut rng, ty, t, 128, 37, None, false);
+                check_matmul(gpu, &mut rng, DecodeShape::Rows, ty, t, 128, 37, None, false);
             }
             // Forced multi-part weights: parts of 5 rows plus a short last one, both kernels.
             for t in [1, 33] {
                 let row = ty.row_bytes(96).unwrap() as u64;
-                check_matmul(gpu, &mut rng, ty, t, 96, 64, Some(5 * row + 3), true);
+                check_matmul(gpu, &mut rng, DecodeShape::Rows, ty, t, 96, 64, Some(5 * row + 3), true);
+            }
+            // The GPU decode shape: odd rows and row lengths, up to MATVEC_MAX_T tokens, parts.
+            for t in [1, 4] {
+                check_matmul(gpu, &mut rng, DecodeShape::Wide, ty, t, odd_k, 257, None, false);
+                let row = ty.row_bytes(96).unwrap() as u64;
+                check_matmul(gpu, &mut rng, DecodeShape::Wide, ty, t, 96, 64, Some(5 * row + 3), true);
             }
         }
     }
@@ -419,7 +426,9 @@ fn matmul_wide_output_decode() {
     // An LM-head-like 70001-column output over 4 parts.
     let gpu = gpu(LimitsPolicy::Adapter);
     let mut rng = SplitMix64(9);
-    check_matmul(gpu, &mut rng, GgmlType::Q8_0, 1, 64, 70001, Some(20000 * 68), false);
+    for shape in [DecodeShape::Rows, DecodeShape::Wide] {
+        check_matmul(gpu, &mut rng, shape, GgmlType::Q8_0, 1, 64, 70001, Some(20000 * 68), false);
+    }
 }
 
 #[test]

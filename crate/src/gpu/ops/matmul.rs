@@ -2,7 +2,7 @@
 
 use super::wgsl;
 use crate::gguf::GgmlType;
-use crate::gpu::pipelines::{Kernel, OpKind, PipelineKey, Slot};
+use crate::gpu::pipelines::{dispatch_linear, Kernel, OpKind, PipelineKey, Slot};
 use crate::gpu::{Gpu, GpuWeight, WeightPart};
 
 pub const KERNEL: Kernel = Kernel {
@@ -23,12 +23,32 @@ const PREFILL_SHAPE: (u32, u32) = (4, 16);
 /// spreads over more than one workgroup (llvmpipe shares workgroups, not threads, among
 /// its CPU threads).
 const WG: u32 = 16;
+/// `matvec_wide`: lanes per workgroup and rows per workgroup (matmul.wgsl WIDE_WG, WIDE_ROWS).
+const WIDE_ROWS: u32 = 4;
+
+/// How decode steps (at most MATVEC_MAX_T tokens) are shaped for the adapter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecodeShape {
+    /// `matvec_wide`: 64 lanes split each row's weights with coalesced loads and add their sums
+    /// in workgroup memory, four rows per workgroup: real GPUs, the default.
+    Wide,
+    /// `matmul_rows` with one token per thread, each thread walking 16 rows: CPU adapters
+    /// (llvmpipe, SwiftShader), where every non-uniform load is a loop over the SIMD lanes.
+    Rows,
+}
+
+impl DecodeShape {
+    pub fn for_adapter(info: &wgpu::AdapterInfo) -> Self {
+        if info.device_type == wgpu::DeviceType::Cpu { Self::Rows } else { Self::Wide }
+    }
+}
 
 /// x (T, K) f32 · w (N rows of K, any supported type)ᵀ → y (T, N) f32.
 pub struct Matmul {
     ty: GgmlType,
     k: usize,
     n: usize,
+    decode: DecodeShape,
     matvec: wgpu::ComputePipeline,
     prefill: wgpu::ComputePipeline,
 }
@@ -61,9 +81,15 @@ pub(super) fn part_params(gpu: &Gpu, part: &WeightPart) -> wgpu::Buffer {
 
 impl Matmul {
     /// For a weight of `ty` with `n` rows of `k`; `accumulate` adds into y instead of writing.
+    /// Decode steps take the adapter's shape.
     pub fn new(gpu: &Gpu, ty: GgmlType, k: usize, n: usize, accumulate: bool) -> Self {
-        let key = |(tokens, rows): (u32, u32)| {
-            PipelineKey::new(OpKind::Matmul, "matmul_rows")
+        Self::with_decode_shape(gpu, DecodeShape::for_adapter(&gpu.info), ty, k, n, accumulate)
+    }
+
+    /// `new` with decode steps in `decode`'s shape, whatever the adapter (tests run both).
+    pub fn with_decode_shape(gpu: &Gpu, decode: DecodeShape, ty: GgmlType, k: usize, n: usize, accumulate: bool) -> Self {
+        let key = |entry, (tokens, rows): (u32, u32)| {
+            PipelineKey::new(OpKind::Matmul, entry)
                 .with("DTYPE", ty.id())
                 .with("K", k as u32)
                 .with("N", n as u32)
@@ -71,7 +97,11 @@ impl Matmul {
                 .with("TOKENS", tokens)
                 .with("ROWS", rows)
         };
-        Self { ty, k, n, matvec: gpu.pipeline(&KERNEL, key(MATVEC_SHAPE)), prefill: gpu.pipeline(&KERNEL, key(PREFILL_SHAPE)) }
+        let matvec = match decode {
+            DecodeShape::Wide => gpu.pipeline(&KERNEL, key("matvec_wide", MATVEC_SHAPE)),
+            DecodeShape::Rows => gpu.pipeline(&KERNEL, key("matmul_rows", MATVEC_SHAPE)),
+        };
+        Self { ty, k, n, decode, matvec, prefill: gpu.pipeline(&KERNEL, key("matmul_rows", PREFILL_SHAPE)) }
     }
 
     /// Binds `step` (StepParams), `x` (T, K) f32, the weight and `y` (T, N) f32.
@@ -93,12 +123,17 @@ impl Matmul {
         if n_tokens == 0 {
             return;
         }
-        let (pipeline, (tokens, rows_per_thread)) =
-            if n_tokens <= MATVEC_MAX_T { (&self.matvec, MATVEC_SHAPE) } else { (&self.prefill, PREFILL_SHAPE) };
+        let decode = n_tokens <= MATVEC_MAX_T;
+        let (pipeline, (tokens, rows_per_thread)) = if decode { (&self.matvec, MATVEC_SHAPE) } else { (&self.prefill, PREFILL_SHAPE) };
         pass.set_pipeline(pipeline);
         for (group, rows) in &binding.parts {
             pass.set_bind_group(0, group, &[]);
-            pass.dispatch_workgroups(rows.div_ceil(rows_per_thread * WG), n_tokens.div_ceil(tokens), 1);
+            if decode && self.decode == DecodeShape::Wide {
+                // Every token of the step in each workgroup; a 128k-row LM head is 32k workgroups.
+                dispatch_linear(pass, rows.div_ceil(WIDE_ROWS));
+            } else {
+                pass.dispatch_workgroups(rows.div_ceil(rows_per_thread * WG), n_tokens.div_ceil(tokens), 1);
+            }
         }
     }
 }

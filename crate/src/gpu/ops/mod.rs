@@ -17,7 +17,7 @@ pub use attention_paged::{AttentionPaged, AttentionPagedBinding, AttentionShape,
 pub use embed::{Embed, EmbedBinding};
 pub use kv_quant::{KvQuant, KvQuantBinding, SpillParams};
 pub use kv_store::{KvStore, KvStoreBinding};
-pub use matmul::{Matmul, MatmulBinding};
+pub use matmul::{DecodeShape, Matmul, MatmulBinding};
 pub use rmsnorm::{RmsNorm, RmsNormBinding};
 pub use rope::{Rope, RopeBinding};
 pub use silu_mul::{SiluMul, SiluMulBinding};
