@@ -11,6 +11,7 @@ use radixlm::engine::{Engine, EngineOptions, Sequence};
 use radixlm::gguf::{GgmlType, GgufFile};
 use radixlm::gpu::context::LimitsPolicy;
 use radixlm::gpu::executor::{block_on, open};
+use radixlm::gpu::ops::KernelShapes;
 use radixlm::model::reference::{ReferenceCache, ReferenceModel};
 use radixlm::model::synthetic::SyntheticSpec;
 
@@ -46,6 +47,14 @@ fn check(spec: SyntheticSpec, opts: EngineOptions, n: usize) {
     assert!(e < 1e-3, "{spec:?}: prefix then one token at a time: relative error {e:.2e}");
     engine.release(&mut seq);
     engine.release(&mut seq2);
+}
+
+#[test]
+fn gpu_shaped_kernels_match_the_reference() {
+    // The real-GPU shapes (the wide decode product, tiled split attention) on whatever adapter
+    // runs the tests; 200 positions so that token-by-token attention splits its keys.
+    let opts = EngineOptions { max_batch: 8, kernels: Some(KernelShapes::GPU), ..Default::default() };
+    check(SyntheticSpec::tiny(), opts, 200);
 }
 
 #[test]

@@ -8,12 +8,12 @@
 
 use crate::gpu::context::Gpu;
 use crate::gpu::ops::{
-    AttentionPaged, AttentionPagedBinding, AttentionShape, Embed, EmbedBinding, KvStore, KvStoreBinding, Matmul, MatmulBinding,
-    PickParams, Rope, RopeBinding, SplitParams, RmsNorm, RmsNormBinding, SiluMul, SiluMulBinding, Top2, Top2Binding, Top2Op, TOP2_BYTES,
+    AttentionPaged, AttentionPagedBinding, Embed, EmbedBinding, KvStore, KvStoreBinding, Matmul, MatmulBinding,
+    KernelShapes, PickParams, Rope, RopeBinding, SplitParams, RmsNorm, RmsNormBinding, SiluMul, SiluMulBinding, Top2, Top2Binding, Top2Op, TOP2_BYTES,
 };
 use crate::gpu::profile::{OpRole, Profiler, Recorder};
 use crate::gpu::readback::map_read;
-use crate::gpu::StepParams;
+use crate::gpu::{GpuWeight, StepParams};
 use crate::kv::pool::KvPool;
 use crate::model::Config;
 
@@ -94,7 +94,17 @@ enum Head {
 
 impl Forward {
     /// `banned`: the ids a greedy pick skips when asked to (the end-of-sequence tokens).
-    pub fn new(gpu: &Gpu, cfg: &Config, w: &ModelWeights, pool: &KvPool, max_batch: usize, max_pages: usize, banned: &[u32]) -> Result<Self, EngineError> {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        gpu: &Gpu,
+        cfg: &Config,
+        w: &ModelWeights,
+        pool: &KvPool,
+        shapes: KernelShapes,
+        max_batch: usize,
+        max_pages: usize,
+        banned: &[u32],
+    ) -> Result<Self, EngineError> {
         let (t, c, f, kvd) = (max_batch as u64, cfg.n_embd as u64, cfg.n_ff as u64, cfg.kv_dim() as u64);
         let act = |name: &str, cols: u64| gpu.storage(name, t * cols * 4);
         let step = gpu.uniform("step", &StepParams::default());
@@ -125,22 +135,22 @@ impl Forward {
         let mut layer_ops = Vec::with_capacity(cfg.n_layers);
         let mut layers = Vec::with_capacity(cfg.n_layers);
         let mut attn_scratch = None;
-        let attn_shape = AttentionShape::for_adapter(&gpu.info);
+        let matmul = |w: &GpuWeight, accumulate| Matmul::with_decode_shape(gpu, shapes.decode, w.ty, w.k, w.n, accumulate);
         for (i, lw) in w.layers.iter().enumerate() {
             let ops = LayerOps {
                 norm: RmsNorm::new(gpu, cfg.n_embd, cfg.rms_eps, false),
-                q: Matmul::new(gpu, lw.wq.ty, lw.wq.k, lw.wq.n, false),
-                k: Matmul::new(gpu, lw.wk.ty, lw.wk.k, lw.wk.n, false),
-                v: Matmul::new(gpu, lw.wv.ty, lw.wv.k, lw.wv.n, false),
+                q: matmul(&lw.wq, false),
+                k: matmul(&lw.wk, false),
+                v: matmul(&lw.wv, false),
                 rope_q: Rope::new(gpu, nh, d, cfg.rope_base),
                 rope_k: Rope::new(gpu, nkv, d, cfg.rope_base),
                 store: KvStore::new(gpu, nkv, d, ps),
-                attn: AttentionPaged::new(gpu, attn_shape, nh, nkv, d, ps, max_batch),
-                o: Matmul::new(gpu, lw.wo.ty, lw.wo.k, lw.wo.n, true),
-                gate: Matmul::new(gpu, lw.w_gate.ty, lw.w_gate.k, lw.w_gate.n, false),
-                up: Matmul::new(gpu, lw.w_up.ty, lw.w_up.k, lw.w_up.n, false),
+                attn: AttentionPaged::new(gpu, shapes.attention, nh, nkv, d, ps, max_batch),
+                o: matmul(&lw.wo, true),
+                gate: matmul(&lw.w_gate, false),
+                up: matmul(&lw.w_up, false),
                 silu: SiluMul::new(gpu, cfg.n_ff),
-                down: Matmul::new(gpu, lw.w_down.ty, lw.w_down.k, lw.w_down.n, true),
+                down: matmul(&lw.w_down, true),
             };
             let (kc, vc) = (&pool.k[i], &pool.v[i]);
             // Layers run one after another: they share one scratch buffer for attention's splits.
@@ -166,7 +176,7 @@ impl Forward {
         let final_norm_op = RmsNorm::new(gpu, cfg.n_embd, cfg.rms_eps, true);
         let final_norm_b = final_norm_op.bind(gpu, &step, &x, &w.output_norm, &last);
         let head = w.lm_head();
-        let lm_head_op = Matmul::new(gpu, head.ty, head.k, head.n, false);
+        let lm_head_op = matmul(head, false);
         let lm_head_b = lm_head_op.bind(gpu, &step_last, &last, head, &logits);
         let top2_op = Top2Op::new(gpu, cfg.vocab_size);
         let top2_b = top2_op.bind(gpu, &pick_params, &logits, &banned_ids, &picked);

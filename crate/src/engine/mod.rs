@@ -72,6 +72,8 @@ pub struct EngineOptions {
     pub spill: Option<SpillFormat>,
     /// Bytes the spill store may hold; its least recently used records go first.
     pub spill_budget_bytes: u64,
+    /// Kernel shapes; `None` chooses them for the adapter.
+    pub kernels: Option<crate::gpu::ops::KernelShapes>,
 }
 
 impl Default for EngineOptions {
@@ -83,6 +85,7 @@ impl Default for EngineOptions {
             max_context: None,
             spill: Some(SpillFormat::Q8),
             spill_budget_bytes: 1 << 30,
+            kernels: None,
         }
     }
 }
@@ -185,7 +188,8 @@ impl Engine {
         let cache = PrefixCache::new(pool.n_pages as u32, opts.page_size, fingerprint);
         let max_context = opts.max_context.unwrap_or(cfg.n_ctx_train).min(cfg.n_ctx_train).min(cache.capacity_tokens());
         let max_pages = max_context.div_ceil(opts.page_size);
-        let forward = Forward::new(&gpu, &cfg, &weights, &pool, opts.max_batch, max_pages, tokenizer.stop_ids());
+        let shapes = opts.kernels.unwrap_or_else(|| crate::gpu::ops::KernelShapes::for_adapter(&gpu.info));
+        let forward = Forward::new(&gpu, &cfg, &weights, &pool, shapes, opts.max_batch, max_pages, tokenizer.stop_ids());
         alloc.finish().await?;
         let forward = forward?;
         gpu.check()?;

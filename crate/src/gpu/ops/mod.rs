@@ -25,6 +25,23 @@ pub use top2::{PickParams, Top2, Top2Binding, Top2Op, TOP2_BYTES};
 
 use super::pipelines::Kernel;
 
+/// The shape of each kernel with variants: shaped for real GPUs by default, for the CPU on CPU
+/// adapters (llvmpipe, SwiftShader), where workgroup barriers and non-uniform loads are slow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KernelShapes {
+    pub decode: DecodeShape,
+    pub attention: AttentionShape,
+}
+
+impl KernelShapes {
+    /// The real-GPU shapes, whatever the adapter (tests run them on CPU adapters too).
+    pub const GPU: Self = Self { decode: DecodeShape::Wide, attention: AttentionShape::Tiled };
+
+    pub fn for_adapter(info: &wgpu::AdapterInfo) -> Self {
+        Self { decode: DecodeShape::for_adapter(info), attention: AttentionShape::for_adapter(info) }
+    }
+}
+
 /// Prepends the shared WGSL files to a kernel file (paths relative to this directory).
 macro_rules! wgsl {
     ($file:literal) => {
