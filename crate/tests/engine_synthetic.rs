@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use common::rel_err;
 
+use radixlm::engine::sampling::SamplingParams;
 use radixlm::engine::{Engine, EngineOptions, Sequence};
 use radixlm::gguf::{GgmlType, GgufFile};
 use radixlm::gpu::context::LimitsPolicy;
@@ -69,4 +70,30 @@ fn every_weight_type_matches_the_reference() {
         let spec = SyntheticSpec { weight_type: ty, tied_embeddings: ty != GgmlType::F16, ..SyntheticSpec::tiny() };
         check(spec, EngineOptions::default(), 21);
     }
+}
+
+#[test]
+fn top_k_sampling_on_the_gpu_draws_what_the_cpu_draws() {
+    // Same kernels, so the same logits: the GPU's 64 largest hold the CPU's top-k exactly.
+    let bytes = SyntheticSpec { tied_embeddings: false, ..SyntheticSpec::tiny() }.to_gguf();
+    let gpu = Arc::new(open(LimitsPolicy::Adapter).unwrap());
+    let shapes = KernelShapes::for_adapter(&gpu.info);
+    let params = SamplingParams { temperature: 0.9, top_k: 40, top_p: 0.95, seed: 3, max_tokens: 24, ignore_eos: true, ..Default::default() };
+    let prompt = tokens(20, 256);
+    let run = |gpu_top_k| {
+        let opts = EngineOptions { kernels: Some(KernelShapes { gpu_top_k, ..shapes }), spill: None, ..Default::default() };
+        let mut engine = block_on(&gpu, Engine::load(gpu.clone(), &bytes, &opts)).unwrap();
+        let mut seq = Sequence::default();
+        let before = gpu.bytes_read_back();
+        let g = block_on(&gpu, engine.generate(&mut seq, &prompt, &params, |_| true)).unwrap();
+        let per_token = (gpu.bytes_read_back() - before) / g.tokens.len() as u64;
+        (g.tokens, g.top2_gaps, per_token)
+    };
+    let (gpu_tokens, gpu_gaps, gpu_bytes) = run(true);
+    let (cpu_tokens, cpu_gaps, cpu_bytes) = run(false);
+    // 64 (id, logit) pairs a token on the GPU path; the tiny model's 512 logits on the CPU path.
+    assert_eq!((gpu_bytes, cpu_bytes), (512, 2048));
+    assert_eq!(gpu_tokens.len(), 24);
+    assert_eq!(gpu_tokens, cpu_tokens);
+    assert_eq!(gpu_gaps, cpu_gaps);
 }

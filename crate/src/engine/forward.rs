@@ -9,7 +9,8 @@
 use crate::gpu::context::Gpu;
 use crate::gpu::ops::{
     AttentionPaged, AttentionPagedBinding, Embed, EmbedBinding, KvStore, KvStoreBinding, Matmul, MatmulBinding,
-    KernelShapes, PickParams, Rope, RopeBinding, SplitParams, RmsNorm, RmsNormBinding, SiluMul, SiluMulBinding, Top2, Top2Binding, Top2Op, TOP2_BYTES,
+    topk, KernelShapes, PickParams, Rope, RopeBinding, SplitParams, RmsNorm, RmsNormBinding, SiluMul, SiluMulBinding, Top2, Top2Binding, Top2Op,
+    TopKBinding, TopKOp, TOP2_BYTES, TOPK_BYTES,
 };
 use crate::gpu::profile::{OpRole, Profiler, Recorder};
 use crate::gpu::readback::map_read;
@@ -71,6 +72,9 @@ pub struct Forward {
     n_banned: u32,
     picked: wgpu::Buffer, // TOP2_BYTES
     picked_staging: wgpu::Buffer,
+    /// Top-k candidates on the GPU, where the kernel shapes say so.
+    topk: Option<(TopKOp, TopKBinding)>,
+    topk_staging: wgpu::Buffer,
     embed: (Embed, EmbedBinding),
     layer_ops: Vec<LayerOps>,
     layers: Vec<LayerPlan>,
@@ -90,6 +94,8 @@ enum Head {
     Logits,
     /// The greedy pick over the last token's logits, skipping the banned ids if asked.
     Top2 { ban: bool },
+    /// The MAX_TOP_K largest logits and their ids, skipping the banned ids if asked.
+    TopK { ban: bool },
 }
 
 impl Forward {
@@ -180,6 +186,12 @@ impl Forward {
         let lm_head_b = lm_head_op.bind(gpu, &step_last, &last, head, &logits);
         let top2_op = Top2Op::new(gpu, cfg.vocab_size);
         let top2_b = top2_op.bind(gpu, &pick_params, &logits, &banned_ids, &picked);
+        let topk = shapes.gpu_top_k.then(|| {
+            let op = TopKOp::new(gpu, cfg.vocab_size);
+            let binding = op.bind(gpu, &logits, &banned_ids);
+            (op, binding)
+        });
+        let topk_staging = staging(gpu, "topk.staging", TOPK_BYTES);
         Ok(Self {
             max_batch,
             max_pages,
@@ -195,6 +207,8 @@ impl Forward {
             n_banned: banned.len() as u32,
             picked,
             picked_staging,
+            topk,
+            topk_staging,
             embed: (embed_op, embed_b),
             layer_ops,
             layers,
@@ -232,6 +246,22 @@ impl Forward {
         Ok(Top2::from_words(words))
     }
 
+    /// Whether `run_top_k` is served on the GPU (else sampling reads the logits back).
+    pub fn has_gpu_top_k(&self) -> bool {
+        self.topk.is_some()
+    }
+
+    /// `run`, then the MAX_TOP_K largest of the last token's logits with their ids, largest
+    /// first (skipping the end-of-sequence tokens when `ban_stops`), reading back 512 bytes.
+    pub async fn run_top_k(&mut self, gpu: &Gpu, tokens: &[u32], start_pos: usize, page_table: &[u32], ban_stops: bool) -> Result<Vec<(u32, f32)>, EngineError> {
+        if self.topk.is_none() {
+            return Err(EngineError::Internal("top-k on the GPU asked of a forward pass built without it"));
+        }
+        self.submit(gpu, tokens, start_pos, page_table, Head::TopK { ban: ban_stops }).await?;
+        let bytes = map_read(gpu, &self.topk_staging, TOPK_BYTES).await?;
+        Ok(topk::candidates(&bytemuck::pod_collect_to_vec(&bytes)))
+    }
+
     async fn submit(&mut self, gpu: &Gpu, tokens: &[u32], start_pos: usize, page_table: &[u32], head: Head) -> Result<(), EngineError> {
         let n = tokens.len();
         if n == 0 || n > self.max_batch || page_table.len() > self.max_pages {
@@ -246,9 +276,13 @@ impl Forward {
         q.write_buffer(&self.step_last, 0, bytemuck::bytes_of(&last));
         let plan = self.layer_ops.first().map_or_else(SplitParams::default, |ops| ops.attn.plan(n as u32, start_pos as u32));
         q.write_buffer(&self.split, 0, bytemuck::bytes_of(&plan));
-        if let Head::Top2 { ban } = head {
-            let pick = PickParams { n_banned: if ban { self.n_banned } else { 0 }, ..Default::default() };
-            q.write_buffer(&self.pick_params, 0, bytemuck::bytes_of(&pick));
+        match (head, &self.topk) {
+            (Head::Top2 { ban }, _) => {
+                let pick = PickParams { n_banned: if ban { self.n_banned } else { 0 }, ..Default::default() };
+                q.write_buffer(&self.pick_params, 0, bytemuck::bytes_of(&pick));
+            }
+            (Head::TopK { ban }, Some((op, b))) => op.set_banned(gpu, b, if ban { self.n_banned } else { 0 }),
+            _ => {}
         }
 
         let mut enc = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("forward") });
@@ -271,6 +305,11 @@ impl Forward {
             Head::None => {}
             Head::Logits => enc.copy_buffer_to_buffer(&self.logits, 0, &self.logits_staging, 0, self.vocab as u64 * 4),
             Head::Top2 { .. } => enc.copy_buffer_to_buffer(&self.picked, 0, &self.picked_staging, 0, TOP2_BYTES),
+            Head::TopK { .. } => {
+                if let Some((_, b)) = &self.topk {
+                    enc.copy_buffer_to_buffer(&b.out, 0, &self.topk_staging, 0, TOPK_BYTES);
+                }
+            }
         }
         q.submit([enc.finish()]);
         if let (Some(p), Some(ops)) = (&mut self.profiler, ops) {
@@ -302,8 +341,10 @@ impl Forward {
             rec.op(OpRole::FinalNorm, 1, |p| self.final_norm.0.encode(p, &self.final_norm.1, t));
             rec.op(OpRole::LmHead, self.lm_head.1.dispatches(), |p| self.lm_head.0.encode(p, &self.lm_head.1, 1));
         }
-        if let Head::Top2 { .. } = head {
-            rec.op(OpRole::Top2, 1, |p| self.top2.0.encode(p, &self.top2.1));
+        match (head, &self.topk) {
+            (Head::Top2 { .. }, _) => rec.op(OpRole::Top2, 1, |p| self.top2.0.encode(p, &self.top2.1)),
+            (Head::TopK { .. }, Some((op, b))) => rec.op(OpRole::TopK, TopKOp::dispatches(b), |p| op.encode(p, b)),
+            _ => {}
         }
     }
 }

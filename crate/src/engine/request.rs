@@ -6,7 +6,7 @@
 
 use web_time::Instant;
 
-use crate::gpu::ops::Top2;
+use crate::gpu::ops::{Top2, MAX_TOP_K};
 use crate::gpu::readback::work_done;
 use crate::kv::Sequence;
 use crate::tokenizer::{Message, StreamDecoder};
@@ -30,6 +30,8 @@ pub enum Step {
 /// What the forward pass over the last known token gave the next step to choose from.
 enum Next {
     Picked(Top2),
+    /// The largest logits with their ids, largest first (top-k sampling on a GPU).
+    Candidates(Vec<(u32, f32)>),
     Logits(Vec<f32>),
 }
 
@@ -214,6 +216,14 @@ impl Engine {
         }
         let (token, top2_gap) = match req.next.take().ok_or(EngineError::Internal("no logits to sample from"))? {
             Next::Picked(top2) => (top2.index.ok_or(EngineError::NoFiniteLogits)?, top2.gap()),
+            Next::Candidates(cand) => {
+                let token = req.sampler.sample_sorted(&cand).ok_or(EngineError::NoFiniteLogits)?;
+                let gap = match cand.as_slice() {
+                    [a, b, ..] => a.1 - b.1,
+                    _ => f32::INFINITY,
+                };
+                (token, gap)
+            }
             Next::Logits(mut logits) => {
                 if req.params.ignore_eos {
                     // As llama.cpp's ignore_eos: the end-of-sequence tokens are never chosen.
@@ -252,10 +262,13 @@ impl Engine {
     }
 
     /// Runs the batch ending the known tokens and returns what choosing the next one needs:
-    /// for greedy decoding the GPU's pick (16 bytes read back), otherwise the logits.
+    /// for greedy decoding the GPU's pick (16 bytes read back), for top-k sampling on a GPU its
+    /// largest logits (512 bytes), otherwise the logits.
     async fn forward_last(&mut self, tokens: &[u32], pos: usize, pages: &[u32], params: &SamplingParams) -> Result<Next, EngineError> {
         Ok(if params.is_greedy() {
             Next::Picked(self.forward.run_greedy(&self.gpu, tokens, pos, pages, params.ignore_eos).await?)
+        } else if self.forward.has_gpu_top_k() && params.needs_at_most(MAX_TOP_K) {
+            Next::Candidates(self.forward.run_top_k(&self.gpu, tokens, pos, pages, params.ignore_eos).await?)
         } else {
             Next::Logits(self.forward.run_logits(&self.gpu, tokens, pos, pages).await?)
         })

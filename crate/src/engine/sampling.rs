@@ -34,6 +34,12 @@ impl SamplingParams {
     pub fn is_greedy(&self) -> bool {
         self.temperature <= 0.0
     }
+
+    /// Whether a sampler can draw from the `max_k` largest logits alone (`Sampler::sample_sorted`):
+    /// a temperature with a top-k of at most `max_k`.
+    pub fn needs_at_most(&self, max_k: usize) -> bool {
+        !self.is_greedy() && (1..=max_k).contains(&self.top_k)
+    }
 }
 
 /// A sampler holds the random state of one generation, so a seed reproduces a whole reply.
@@ -60,6 +66,21 @@ impl Sampler {
             cand.truncate(k);
         }
         cand.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        self.draw(&cand)
+    }
+
+    /// `sample` from candidates sorted by logit, largest first, that hold at least the `top_k`
+    /// largest (with their ties broken by the lower id, as `sample` breaks them).
+    pub fn sample_sorted(&mut self, cand: &[(u32, f32)]) -> Option<u32> {
+        if cand.is_empty() {
+            return None;
+        }
+        let k = if self.params.top_k == 0 { cand.len() } else { self.params.top_k.min(cand.len()) };
+        Some(self.draw(&cand[..k]))
+    }
+
+    /// Temperature, then top-p, over non-empty candidates sorted largest first; then a draw.
+    fn draw(&mut self, cand: &[(u32, f32)]) -> u32 {
         let max = cand[0].1;
         let t = self.params.temperature;
         let mut probs: Vec<f32> = cand.iter().map(|c| ((c.1 - max) / t).exp()).collect();
@@ -134,6 +155,26 @@ mod tests {
         let top5 = &order[..5];
         let mut s = Sampler::new(SamplingParams { temperature: 5.0, top_k: 5, top_p: 1.0, seed: 2, ..Default::default() });
         assert!((0..200).all(|_| top5.contains(&s.sample(&l))));
+    }
+
+    #[test]
+    fn sampling_from_the_sorted_largest_logits_draws_as_from_all_of_them() {
+        // What the GPU's top-k candidates give the sampler: the same tokens for the same seed.
+        let l: Vec<f32> = (0..5000).map(|i| ((i * 7919) % 5000) as f32 / 700.0).collect();
+        let mut sorted: Vec<(u32, f32)> = l.iter().enumerate().map(|(i, &x)| (i as u32, x)).collect();
+        sorted.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        sorted.truncate(64);
+        for (top_k, top_p) in [(40, 0.95), (64, 1.0), (1, 1.0), (7, 0.5)] {
+            let p = SamplingParams { temperature: 0.8, top_k, top_p, seed: 5, ..Default::default() };
+            assert!(p.needs_at_most(64));
+            let (mut all, mut top) = (Sampler::new(p.clone()), Sampler::new(p));
+            let a: Vec<u32> = (0..100).map(|_| all.sample(&l)).collect();
+            let b: Vec<u32> = (0..100).map(|_| top.sample_sorted(&sorted).unwrap()).collect();
+            assert_eq!(a, b, "top_k {top_k}, top_p {top_p}");
+        }
+        assert!(!SamplingParams { temperature: 0.8, top_k: 0, ..Default::default() }.needs_at_most(64));
+        assert!(!SamplingParams { temperature: 0.8, top_k: 65, ..Default::default() }.needs_at_most(64));
+        assert!(!SamplingParams::greedy(1).needs_at_most(64));
     }
 
     #[test]

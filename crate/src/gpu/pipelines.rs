@@ -17,6 +17,7 @@ pub enum OpKind {
     AttentionPaged,
     SiluMul,
     Top2,
+    TopK,
 }
 
 /// How a kernel sees one binding of group 0, in binding order.

@@ -26,6 +26,7 @@ pub enum OpRole {
     FinalNorm,
     LmHead,
     Top2,
+    TopK,
 }
 
 impl OpRole {
@@ -45,12 +46,13 @@ impl OpRole {
             OpRole::FinalNorm => "final rmsnorm",
             OpRole::LmHead => "lm head",
             OpRole::Top2 => "greedy pick (top-2)",
+            OpRole::TopK => "top-k candidates",
         }
     }
 
     /// Whether the op runs once per layer (the rest run once per forward pass).
     pub fn per_layer(self) -> bool {
-        !matches!(self, OpRole::Embed | OpRole::FinalNorm | OpRole::LmHead | OpRole::Top2)
+        !matches!(self, OpRole::Embed | OpRole::FinalNorm | OpRole::LmHead | OpRole::Top2 | OpRole::TopK)
     }
 }
 

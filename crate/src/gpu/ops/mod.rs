@@ -12,6 +12,7 @@ pub mod rmsnorm;
 pub mod rope;
 pub mod silu_mul;
 pub mod top2;
+pub mod topk;
 
 pub use attention_paged::{AttentionPaged, AttentionPagedBinding, AttentionShape, SplitParams};
 pub use embed::{Embed, EmbedBinding};
@@ -22,6 +23,7 @@ pub use rmsnorm::{RmsNorm, RmsNormBinding};
 pub use rope::{Rope, RopeBinding};
 pub use silu_mul::{SiluMul, SiluMulBinding};
 pub use top2::{PickParams, Top2, Top2Binding, Top2Op, TOP2_BYTES};
+pub use topk::{TopKBinding, TopKOp, MAX_TOP_K, TOPK_BYTES};
 
 use super::pipelines::Kernel;
 
@@ -31,14 +33,18 @@ use super::pipelines::Kernel;
 pub struct KernelShapes {
     pub decode: DecodeShape,
     pub attention: AttentionShape,
+    /// Sampling with top-k: the candidates chosen on the GPU (`TopKOp`), or on the CPU from
+    /// the logits read back (CPU adapters: a bitonic sort's barriers cost more than the copy).
+    pub gpu_top_k: bool,
 }
 
 impl KernelShapes {
     /// The real-GPU shapes, whatever the adapter (tests run them on CPU adapters too).
-    pub const GPU: Self = Self { decode: DecodeShape::Wide, attention: AttentionShape::Tiled };
+    pub const GPU: Self = Self { decode: DecodeShape::Wide, attention: AttentionShape::Tiled, gpu_top_k: true };
 
     pub fn for_adapter(info: &wgpu::AdapterInfo) -> Self {
-        Self { decode: DecodeShape::for_adapter(info), attention: AttentionShape::for_adapter(info) }
+        let cpu = info.device_type == wgpu::DeviceType::Cpu;
+        Self { decode: DecodeShape::for_adapter(info), attention: AttentionShape::for_adapter(info), gpu_top_k: !cpu }
     }
 }
 
@@ -68,4 +74,5 @@ pub const KERNELS: &[(&str, &Kernel)] = &[
     ("rope.wgsl", &rope::KERNEL),
     ("silu_mul.wgsl", &silu_mul::KERNEL),
     ("top2.wgsl", &top2::KERNEL),
+    ("topk.wgsl", &topk::KERNEL),
 ];
