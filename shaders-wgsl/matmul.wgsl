@@ -15,16 +15,45 @@ override N: u32;                   // rows of the whole weight = columns of y
 override ACCUMULATE: bool = false; // y += x · wᵀ (residual adds) instead of y = x · wᵀ
 override TOKENS: u32 = 1u;         // tokens per thread, <= MAX_TOKENS (gpu/ops/matmul.rs SHAPE)
 override ROWS: u32 = 16u;          // weight rows per thread, <= MAX_ROWS
+override NORM: bool = false;       // y = rmsnorm(x) · wᵀ: x's rows RMS-normalised and scaled by norm_w first
+override EPS: f32 = 1e-5;          // with NORM: added to the mean square
 
 @group(0) @binding(0) var<uniform> params: StepParams;
 @group(0) @binding(1) var<uniform> part: Part;
 @group(0) @binding(2) var<storage, read> x: array<f32>;       // (T, K)
 @group(0) @binding(3) var<storage, read> w: array<u32>;       // (part.rows, row_bytes(K)) GGUF blocks
 @group(0) @binding(4) var<storage, read_write> y: array<f32>; // (T, N)
+@group(0) @binding(5) var<storage, read> norm_w: array<f32>;  // (K) with NORM, else unused
 
-/// Four consecutive activations starting at `at`.
-fn x4(at: u32) -> vec4<f32> {
+// RMSNorm as this product's prologue: rmsnorm(x)·wᵀ = ((x ⊙ norm_w)·wᵀ) / rms(x), so the
+// activations are scaled by norm_w as they are read and each output by 1/rms(x) at the end;
+// the mean square comes from the same activations (no separate pass, no normalised copy).
+
+/// Four consecutive raw activations starting at `at`.
+fn x4_raw(at: u32) -> vec4<f32> {
     return vec4<f32>(x[at], x[at + 1u], x[at + 2u], x[at + 3u]);
+}
+
+/// Activations k .. k + 3 of the row starting at `row`, times norm_w with NORM.
+fn x4(row: u32, k: u32) -> vec4<f32> {
+    let v = x4_raw(row + k);
+    if (NORM) {
+        return v * vec4<f32>(norm_w[k], norm_w[k + 1u], norm_w[k + 2u], norm_w[k + 3u]);
+    }
+    return v;
+}
+
+/// Activation k of the row starting at `row`, times norm_w[k] with NORM.
+fn x1(row: u32, k: u32) -> f32 {
+    if (NORM) {
+        return x[row + k] * norm_w[k];
+    }
+    return x[row + k];
+}
+
+/// 1 / rms of a row from its sum of squares (1 without NORM).
+fn inv_rms(sum_sq: f32) -> f32 {
+    return select(1.0, inverseSqrt(sum_sq / f32(K) + EPS), NORM);
 }
 
 fn weight_word(i: u32) -> u32 {
@@ -79,9 +108,9 @@ fn matmul_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
                 var xl: array<vec4<f32>, MAX_TOKENS>;
                 var xh: array<vec4<f32>, MAX_TOKENS>;
                 for (var i = 0u; i < TOKENS; i++) {
-                    let xi = xrow[i] + k + g * 4u;
-                    xl[i] = x4(xi);
-                    xh[i] = x4(xi + 16u);
+                    let kg = k + g * 4u;
+                    xl[i] = x4(xrow[i], kg);
+                    xh[i] = x4(xrow[i], kg + 16u);
                 }
                 for (var j = 0u; j < ROWS; j++) {
                     let q = w[wrow[j] / 4u + b + 1u + g];
@@ -117,12 +146,12 @@ fn matmul_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
                 var xc: array<vec4<f32>, MAX_TOKENS>;
                 var xd: array<vec4<f32>, MAX_TOKENS>;
                 for (var i = 0u; i < TOKENS; i++) {
-                    let xi = xrow[i] + k + g * 4u;
-                    xa[i] = x4(xi);
-                    xb[i] = x4(xi + 32u);
+                    let kg = k + g * 4u;
+                    xa[i] = x4(xrow[i], kg);
+                    xb[i] = x4(xrow[i], kg + 32u);
                     if (DTYPE == TYPE_Q4_0) {
-                        xc[i] = x4(xi + 16u);
-                        xd[i] = x4(xi + 48u);
+                        xc[i] = x4(xrow[i], kg + 16u);
+                        xd[i] = x4(xrow[i], kg + 48u);
                     }
                 }
                 for (var j = 0u; j < ROWS; j++) {
@@ -161,8 +190,7 @@ fn matmul_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
     for (; k + 4u <= K; k += 4u) {
         var xv: array<vec4<f32>, MAX_TOKENS>;
         for (var i = 0u; i < TOKENS; i++) {
-            let xi = xrow[i] + k;
-            xv[i] = x4(xi);
+            xv[i] = x4(xrow[i], k);
         }
         for (var j = 0u; j < ROWS; j++) {
             let wv = weights4(wrow[j], k);
@@ -175,14 +203,26 @@ fn matmul_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
         for (var j = 0u; j < ROWS; j++) {
             let wv = weight1(wrow[j], k);
             for (var i = 0u; i < TOKENS; i++) {
-                acc[i][j] += wv * x[xrow[i] + k];
+                acc[i][j] += wv * x1(xrow[i], k);
             }
         }
     }
     for (var i = 0u; i < TOKENS; i++) {
+        // With NORM, the row's mean square: a second walk over x, which the cache holds.
+        var sum_sq = 0.0;
+        if (NORM) {
+            for (var c = 0u; c + 4u <= K; c += 4u) {
+                let v = x4_raw(xrow[i] + c);
+                sum_sq += dot(v, v);
+            }
+            for (var c = K / 4u * 4u; c < K; c++) {
+                sum_sq += x[xrow[i] + c] * x[xrow[i] + c];
+            }
+        }
+        let scale = inv_rms(sum_sq);
         for (var j = 0u; j < ROWS; j++) {
             if (t0 + i < nt && r0 + j < part.rows) {
-                store(t0 + i, r0 + j, acc[i][j]);
+                store(t0 + i, r0 + j, acc[i][j] * scale);
             }
         }
     }
@@ -190,7 +230,9 @@ fn matmul_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
 
 const WIDE_WG: u32 = 64u;  // gpu/ops/matmul.rs WIDE_WG
 const WIDE_ROWS: u32 = 4u; // gpu/ops/matmul.rs WIDE_ROWS
-var<workgroup> lane_sums: array<f32, MAX_TOKENS * WIDE_ROWS * WIDE_WG>; // 4 KiB
+// Per lane: WIDE_ROWS sums and (with NORM) the sum of squares, for each token. 5 KiB.
+const WIDE_SUMS: u32 = MAX_TOKENS * (WIDE_ROWS + 1u);
+var<workgroup> lane_sums: array<f32, WIDE_SUMS * WIDE_WG>;
 
 // Decode on GPUs (steps of at most MAX_TOKENS tokens): a workgroup of WIDE_WG lanes computes
 // WIDE_ROWS rows for every token of the step. Lane l takes weights 4l .. 4l + 3, then
@@ -210,11 +252,16 @@ fn matvec_wide(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
         wrow[j] = min(r0 + j, part.rows - 1u) * rb;
     }
     var acc = array<array<f32, WIDE_ROWS>, MAX_TOKENS>();
+    var sum_sq = array<f32, MAX_TOKENS>();
     let k4 = K / 4u * 4u;
     for (var k = lid * 4u; k < k4; k += WIDE_WG * 4u) {
         var xv = array<vec4<f32>, MAX_TOKENS>();
         for (var i = 0u; i < nt; i++) {
-            xv[i] = x4(i * K + k);
+            if (NORM) {
+                let raw = x4_raw(i * K + k);
+                sum_sq[i] += dot(raw, raw);
+            }
+            xv[i] = x4(i * K, k);
         }
         for (var j = 0u; j < WIDE_ROWS; j++) {
             let wv = weights4(wrow[j], k);
@@ -224,22 +271,29 @@ fn matvec_wide(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
         }
     }
     for (var k = k4 + lid; k < K; k += WIDE_WG) {
+        for (var i = 0u; i < nt; i++) {
+            if (NORM) {
+                sum_sq[i] += x[i * K + k] * x[i * K + k];
+            }
+        }
         for (var j = 0u; j < WIDE_ROWS; j++) {
             let wv = weight1(wrow[j], k);
             for (var i = 0u; i < nt; i++) {
-                acc[i][j] += wv * x[i * K + k];
+                acc[i][j] += wv * x1(i * K, k);
             }
         }
     }
+    // Entry i·WIDE_ROWS + j: token i's row j; entry MAX_TOKENS·WIDE_ROWS + i: token i's sum of squares.
     for (var i = 0u; i < MAX_TOKENS; i++) {
         for (var j = 0u; j < WIDE_ROWS; j++) {
             lane_sums[(i * WIDE_ROWS + j) * WIDE_WG + lid] = acc[i][j];
         }
+        lane_sums[(MAX_TOKENS * WIDE_ROWS + i) * WIDE_WG + lid] = sum_sq[i];
     }
     workgroupBarrier();
     for (var s = WIDE_WG / 2u; s > 0u; s >>= 1u) {
         if (lid < s) {
-            for (var e = 0u; e < MAX_TOKENS * WIDE_ROWS; e++) {
+            for (var e = 0u; e < WIDE_SUMS; e++) {
                 lane_sums[e * WIDE_WG + lid] += lane_sums[e * WIDE_WG + lid + s];
             }
         }
@@ -249,7 +303,7 @@ fn matvec_wide(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
         let i = lid / WIDE_ROWS;
         let j = lid % WIDE_ROWS;
         if (r0 + j < part.rows) {
-            store(i, r0 + j, lane_sums[lid * WIDE_WG]);
+            store(i, r0 + j, lane_sums[lid * WIDE_WG] * inv_rms(lane_sums[(MAX_TOKENS * WIDE_ROWS + i) * WIDE_WG]));
         }
     }
 }

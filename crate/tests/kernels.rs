@@ -125,6 +125,32 @@ fn matmul_every_type_and_shape() {
 }
 
 #[test]
+fn matmul_with_the_rmsnorm_prologue() {
+    let mut rng = SplitMix64(12);
+    let gpu = gpu(LimitsPolicy::Adapter);
+    for ty in TYPES {
+        // Odd row lengths reach the tails; 128 reads Q4_0 and Q8_0 rows by block pairs.
+        for k in [if ty.block_len() == 1 { 257 } else { 288 }, 128] {
+            let n = 37;
+            let (data, w) = random_weight(&mut rng, ty, k, n);
+            let gw = GpuWeight::upload(gpu, "w", ty, k, n, &data).unwrap();
+            let g: Vec<f32> = randn(&mut rng, k).iter().map(|v| 1.0 + 0.3 * v).collect();
+            for (shape, t) in [(DecodeShape::Wide, 1), (DecodeShape::Wide, 4), (DecodeShape::Rows, 3), (DecodeShape::Rows, 33)] {
+                // Rows of different scales: the prologue must normalise each on its own.
+                let x: Vec<f32> = randn(&mut rng, t * k).iter().enumerate().map(|(i, v)| v * (1 + i / k) as f32).collect();
+                let want = reference::matmul(&reference::rmsnorm(&x, &g, 1e-5), &w, k, n);
+                let step = gpu.uniform("step", &StepParams::new(t as u32, 0));
+                let (xb, gb, yb) = (gpu.upload("x", f32_bytes(&x)), gpu.upload("g", f32_bytes(&g)), gpu.storage("y", (t * n * 4) as u64));
+                let op = Matmul::with_norm(gpu, shape, ty, k, n, false, 1e-5);
+                let b = op.bind_normed(gpu, &step, &xb, &gb, &gw, &yb);
+                run(gpu, |p| op.encode(p, &b, t as u32));
+                assert_close(&format!("rmsnorm + matmul {} T={t} K={k} {shape:?}", ty.name()), &read(gpu, &yb, t * n), &want, 1e-4);
+            }
+        }
+    }
+}
+
+#[test]
 fn matmul_prefill_speed_smollm_ffn() {
     // 512×576 · (1536×576)ᵀ in Q4_1, SmolLM2-135M's FFN up projection; prints the time.
     let gpu = gpu(LimitsPolicy::Adapter);

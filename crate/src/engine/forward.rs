@@ -22,7 +22,6 @@ use super::weights::ModelWeights;
 use super::EngineError;
 
 struct LayerPlan {
-    attn_norm: RmsNormBinding,
     q: MatmulBinding,
     k: MatmulBinding,
     v: MatmulBinding,
@@ -31,16 +30,15 @@ struct LayerPlan {
     store: KvStoreBinding,
     attn: AttentionPagedBinding,
     o: MatmulBinding,
-    ffn_norm: RmsNormBinding,
     gate: MatmulBinding,
     up: MatmulBinding,
     silu: SiluMulBinding,
     down: MatmulBinding,
 }
 
-/// The ops of one layer; pipelines are shared through the device's pipeline cache.
+/// The ops of one layer; pipelines are shared through the device's pipeline cache. The
+/// attention and FFN RMSNorms are the prologues of the q/k/v and gate/up products.
 struct LayerOps {
-    norm: RmsNorm,
     q: Matmul,
     k: Matmul,
     v: Matmul,
@@ -119,7 +117,6 @@ impl Forward {
         let page_table = gpu.storage("page_table", max_pages as u64 * 4);
         let split = gpu.uniform("attention.split", &SplitParams::default());
         let x = act("x", c); // (T, C) the residual stream
-        let h = act("h", c); // (T, C) normalised input of a block
         let q = act("q", c); // (T, H·D)
         let k = act("k", kvd); // (T, Hkv·D)
         let v = act("v", kvd); // (T, Hkv·D)
@@ -142,19 +139,19 @@ impl Forward {
         let mut layers = Vec::with_capacity(cfg.n_layers);
         let mut attn_scratch = None;
         let matmul = |w: &GpuWeight, accumulate| Matmul::with_decode_shape(gpu, shapes.decode, w.ty, w.k, w.n, accumulate);
+        let normed = |w: &GpuWeight| Matmul::with_norm(gpu, shapes.decode, w.ty, w.k, w.n, false, cfg.rms_eps);
         for (i, lw) in w.layers.iter().enumerate() {
             let ops = LayerOps {
-                norm: RmsNorm::new(gpu, cfg.n_embd, cfg.rms_eps, false),
-                q: matmul(&lw.wq, false),
-                k: matmul(&lw.wk, false),
-                v: matmul(&lw.wv, false),
+                q: normed(&lw.wq),
+                k: normed(&lw.wk),
+                v: normed(&lw.wv),
                 rope_q: Rope::new(gpu, nh, d, cfg.rope_base),
                 rope_k: Rope::new(gpu, nkv, d, cfg.rope_base),
                 store: KvStore::new(gpu, nkv, d, ps),
                 attn: AttentionPaged::new(gpu, shapes.attention, nh, nkv, d, ps, max_batch),
                 o: matmul(&lw.wo, true),
-                gate: matmul(&lw.w_gate, false),
-                up: matmul(&lw.w_up, false),
+                gate: normed(&lw.w_gate),
+                up: normed(&lw.w_up),
                 silu: SiluMul::new(gpu, cfg.n_ff),
                 down: matmul(&lw.w_down, true),
             };
@@ -162,18 +159,16 @@ impl Forward {
             // Layers run one after another: they share one scratch buffer for attention's splits.
             let scratch = attn_scratch.get_or_insert_with(|| gpu.storage("attention.scratch", ops.attn.scratch_bytes(d)));
             layers.push(LayerPlan {
-                attn_norm: ops.norm.bind(gpu, &step, &x, &lw.attn_norm, &h),
-                q: ops.q.bind(gpu, &step, &h, &lw.wq, &q),
-                k: ops.k.bind(gpu, &step, &h, &lw.wk, &k),
-                v: ops.v.bind(gpu, &step, &h, &lw.wv, &v),
+                q: ops.q.bind_normed(gpu, &step, &x, &lw.attn_norm, &lw.wq, &q),
+                k: ops.k.bind_normed(gpu, &step, &x, &lw.attn_norm, &lw.wk, &k),
+                v: ops.v.bind_normed(gpu, &step, &x, &lw.attn_norm, &lw.wv, &v),
                 rope_q: ops.rope_q.bind(gpu, &step, &q),
                 rope_k: ops.rope_k.bind(gpu, &step, &k),
                 store: ops.store.bind(gpu, &step, &k, &v, &page_table, kc, vc),
                 attn: ops.attn.bind(gpu, &step, &split, &q, &page_table, kc, vc, scratch, &att),
                 o: ops.o.bind(gpu, &step, &att, &lw.wo, &x),
-                ffn_norm: ops.norm.bind(gpu, &step, &x, &lw.ffn_norm, &h),
-                gate: ops.gate.bind(gpu, &step, &h, &lw.w_gate, &gate),
-                up: ops.up.bind(gpu, &step, &h, &lw.w_up, &up),
+                gate: ops.gate.bind_normed(gpu, &step, &x, &lw.ffn_norm, &lw.w_gate, &gate),
+                up: ops.up.bind_normed(gpu, &step, &x, &lw.ffn_norm, &lw.w_up, &up),
                 silu: ops.silu.bind(gpu, &step, &gate, &up, &ffn),
                 down: ops.down.bind(gpu, &step, &ffn, &lw.w_down, &x),
             });
@@ -221,7 +216,7 @@ impl Forward {
 
     /// Ops in one pass of this model, at most: what a profiler must have room for.
     pub fn max_ops(&self) -> usize {
-        2 + 14 * self.layers.len() + 2
+        1 + 12 * self.layers.len() + 3
     }
 
     /// Runs `tokens` (at most `max_batch`) at positions `start_pos..`, writing their K/V into
@@ -322,7 +317,6 @@ impl Forward {
     fn record(&self, rec: &mut Recorder<'_>, t: u32, plan: SplitParams, head: Head) {
         rec.op(OpRole::Embed, 1, |p| self.embed.0.encode(p, &self.embed.1, t));
         for (ops, b) in self.layer_ops.iter().zip(&self.layers) {
-            rec.op(OpRole::AttnNorm, 1, |p| ops.norm.encode(p, &b.attn_norm, t));
             rec.op(OpRole::QkvMatmul, b.q.dispatches(), |p| ops.q.encode(p, &b.q, t));
             rec.op(OpRole::QkvMatmul, b.k.dispatches(), |p| ops.k.encode(p, &b.k, t));
             rec.op(OpRole::QkvMatmul, b.v.dispatches(), |p| ops.v.encode(p, &b.v, t));
@@ -331,7 +325,6 @@ impl Forward {
             rec.op(OpRole::KvStore, 1, |p| ops.store.encode(p, &b.store, t));
             rec.op(OpRole::Attention, 2, |p| ops.attn.encode(p, &b.attn, t, plan));
             rec.op(OpRole::OutMatmul, b.o.dispatches(), |p| ops.o.encode(p, &b.o, t));
-            rec.op(OpRole::FfnNorm, 1, |p| ops.norm.encode(p, &b.ffn_norm, t));
             rec.op(OpRole::GateUpMatmul, b.gate.dispatches(), |p| ops.gate.encode(p, &b.gate, t));
             rec.op(OpRole::GateUpMatmul, b.up.dispatches(), |p| ops.up.encode(p, &b.up, t));
             rec.op(OpRole::SiluMul, 1, |p| ops.silu.encode(p, &b.silu, t));

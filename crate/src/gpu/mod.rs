@@ -8,14 +8,12 @@
 //!
 //! | op | reads | writes |
 //! |----|-------|--------|
-//! | `RmsNorm` | x (T, C), attn_norm | h (T, C) |
-//! | `Matmul` ×3 | h, Wq / Wk / Wv | q (T, H·D), k (T, Hkv·D), v (T, Hkv·D) |
+//! | `Matmul` ×3 with the RMSNorm prologue | x (T, C), attn_norm, Wq / Wk / Wv | q (T, H·D), k (T, Hkv·D), v (T, Hkv·D) |
 //! | `Rope` ×2 | q, k | q, k in place |
 //! | `KvStore` | k, v, page table | this layer's k_cache, v_cache (f16 pairs) |
 //! | `AttentionPaged` (split over the keys, then combined) | q, page table, k_cache, v_cache | a (T, H·D) |
 //! | `Matmul` (accumulate) | a, Wo | x += a·Woᵀ (the residual add) |
-//! | `RmsNorm` | x, ffn_norm | h |
-//! | `Matmul` ×2 | h, Wgate / Wup | g, u (T, F) |
+//! | `Matmul` ×2 with the RMSNorm prologue | x, ffn_norm, Wgate / Wup | g, u (T, F) |
 //! | `SiluMul` | g, u | f (T, F) |
 //! | `Matmul` (accumulate) | f, Wdown | x += f·Wdownᵀ |
 //!

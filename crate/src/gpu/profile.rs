@@ -13,13 +13,11 @@ use super::{Gpu, GpuError};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum OpRole {
     Embed,
-    AttnNorm,
     QkvMatmul,
     Rope,
     KvStore,
     Attention,
     OutMatmul,
-    FfnNorm,
     GateUpMatmul,
     SiluMul,
     DownMatmul,
@@ -33,14 +31,12 @@ impl OpRole {
     pub fn name(self) -> &'static str {
         match self {
             OpRole::Embed => "embed",
-            OpRole::AttnNorm => "attn rmsnorm",
-            OpRole::QkvMatmul => "q/k/v matmul",
+            OpRole::QkvMatmul => "rmsnorm + q/k/v matmul",
             OpRole::Rope => "rope",
             OpRole::KvStore => "kv store",
             OpRole::Attention => "attention",
             OpRole::OutMatmul => "o matmul (+ residual)",
-            OpRole::FfnNorm => "ffn rmsnorm",
-            OpRole::GateUpMatmul => "gate/up matmul",
+            OpRole::GateUpMatmul => "rmsnorm + gate/up matmul",
             OpRole::SiluMul => "silu·mul",
             OpRole::DownMatmul => "down matmul (+ residual)",
             OpRole::FinalNorm => "final rmsnorm",

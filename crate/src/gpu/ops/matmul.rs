@@ -8,7 +8,7 @@ use crate::gpu::{Gpu, GpuWeight, WeightPart};
 pub const KERNEL: Kernel = Kernel {
     op: OpKind::Matmul,
     source: wgsl!("matmul.wgsl", blocks),
-    slots: &[Slot::Uniform, Slot::Uniform, Slot::Read, Slot::Read, Slot::ReadWrite],
+    slots: &[Slot::Uniform, Slot::Uniform, Slot::Read, Slot::Read, Slot::ReadWrite, Slot::Read],
 };
 
 /// Steps of at most this many tokens use the one-token-per-thread pipeline.
@@ -48,6 +48,7 @@ pub struct Matmul {
     ty: GgmlType,
     k: usize,
     n: usize,
+    norm: bool,
     decode: DecodeShape,
     matvec: wgpu::ComputePipeline,
     prefill: wgpu::ComputePipeline,
@@ -88,6 +89,16 @@ impl Matmul {
 
     /// `new` with decode steps in `decode`'s shape, whatever the adapter (tests run both).
     pub fn with_decode_shape(gpu: &Gpu, decode: DecodeShape, ty: GgmlType, k: usize, n: usize, accumulate: bool) -> Self {
+        Self::build(gpu, decode, ty, k, n, accumulate, None)
+    }
+
+    /// y = rmsnorm(x)·wᵀ: the RMSNorm with epsilon `eps` (and the weights `bind_normed` binds)
+    /// as the product's prologue, in place of a normalisation pass and its copy of x.
+    pub fn with_norm(gpu: &Gpu, decode: DecodeShape, ty: GgmlType, k: usize, n: usize, accumulate: bool, eps: f32) -> Self {
+        Self::build(gpu, decode, ty, k, n, accumulate, Some(eps))
+    }
+
+    fn build(gpu: &Gpu, decode: DecodeShape, ty: GgmlType, k: usize, n: usize, accumulate: bool, norm_eps: Option<f32>) -> Self {
         let key = |entry, (tokens, rows): (u32, u32)| {
             PipelineKey::new(OpKind::Matmul, entry)
                 .with("DTYPE", ty.id())
@@ -96,23 +107,37 @@ impl Matmul {
                 .with("ACCUMULATE", accumulate as u32)
                 .with("TOKENS", tokens)
                 .with("ROWS", rows)
+                .with("NORM", norm_eps.is_some() as u32)
+                .with("EPS", norm_eps.unwrap_or(1e-5))
         };
         let matvec = match decode {
             DecodeShape::Wide => gpu.pipeline(&KERNEL, key("matvec_wide", MATVEC_SHAPE)),
             DecodeShape::Rows => gpu.pipeline(&KERNEL, key("matmul_rows", MATVEC_SHAPE)),
         };
-        Self { ty, k, n, decode, matvec, prefill: gpu.pipeline(&KERNEL, key("matmul_rows", PREFILL_SHAPE)) }
+        Self { ty, k, n, norm: norm_eps.is_some(), decode, matvec, prefill: gpu.pipeline(&KERNEL, key("matmul_rows", PREFILL_SHAPE)) }
     }
 
     /// Binds `step` (StepParams), `x` (T, K) f32, the weight and `y` (T, N) f32.
     pub fn bind(&self, gpu: &Gpu, step: &wgpu::Buffer, x: &wgpu::Buffer, w: &GpuWeight, y: &wgpu::Buffer) -> MatmulBinding {
+        assert!(!self.norm, "a normalising matmul is bound with bind_normed");
+        // The kernel reads no norm weights without NORM: x stands in for the binding.
+        self.bind_parts(gpu, step, x, x, w, y)
+    }
+
+    /// Binds as `bind`, with the RMSNorm's weights `norm_w` (K) f32, for a `with_norm` product.
+    pub fn bind_normed(&self, gpu: &Gpu, step: &wgpu::Buffer, x: &wgpu::Buffer, norm_w: &wgpu::Buffer, w: &GpuWeight, y: &wgpu::Buffer) -> MatmulBinding {
+        assert!(self.norm, "bind_normed on a matmul built without a norm");
+        self.bind_parts(gpu, step, x, norm_w, w, y)
+    }
+
+    fn bind_parts(&self, gpu: &Gpu, step: &wgpu::Buffer, x: &wgpu::Buffer, norm_w: &wgpu::Buffer, w: &GpuWeight, y: &wgpu::Buffer) -> MatmulBinding {
         assert!(w.ty == self.ty && w.k == self.k && w.n == self.n, "matmul built for {:?} ({}, {}) bound to {:?} ({}, {})", self.ty, self.n, self.k, w.ty, w.n, w.k);
         let parts = w
             .parts
             .iter()
             .map(|p| {
                 let params = part_params(gpu, p);
-                (gpu.bind_group("matmul", KERNEL.slots, &[step, &params, x, &p.buffer, y]), p.rows as u32)
+                (gpu.bind_group("matmul", KERNEL.slots, &[step, &params, x, &p.buffer, y, norm_w]), p.rows as u32)
             })
             .collect();
         MatmulBinding { parts }
