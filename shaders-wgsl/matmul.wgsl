@@ -17,6 +17,7 @@ override TOKENS: u32 = 1u;         // tokens per thread, <= MAX_TOKENS (gpu/ops/
 override ROWS: u32 = 16u;          // weight rows per thread, <= MAX_ROWS
 override NORM: bool = false;       // y = rmsnorm(x) · wᵀ: x's rows RMS-normalised and scaled by norm_w first
 override EPS: f32 = 1e-5;          // with NORM: added to the mean square
+override GATED: bool = false;      // the FFN's gate and up: y = silu(x·gateᵀ) ⊙ (x·upᵀ), see below
 
 @group(0) @binding(0) var<uniform> params: StepParams;
 @group(0) @binding(1) var<uniform> part: Part;
@@ -51,6 +52,33 @@ fn x1(row: u32, k: u32) -> f32 {
     return x[row + k];
 }
 
+// GATED: the weight holds the gate's N rows, then the up projection's N rows (one buffer, one
+// part); a thread's (or workgroup's) rows are its first half's outputs from the gate and the
+// same outputs from up, so SiLU(gate)·up is its epilogue and y has N columns.
+
+/// The weight row that row slot j of a block starting at output row r0 reads (`rows` slots).
+fn weight_row(r0: u32, j: u32, rows: u32) -> u32 {
+    if (GATED) {
+        let half = rows / 2u;
+        return select(N + min(r0 + j - half, N - 1u), min(r0 + j, N - 1u), j < half);
+    }
+    return min(r0 + j, part.rows - 1u);
+}
+
+/// Output rows a block of `rows` weight-row slots produces.
+fn outputs_per_block(rows: u32) -> u32 {
+    return select(rows, rows / 2u, GATED);
+}
+
+/// Output rows of this product (GATED: half the weight's).
+fn output_rows() -> u32 {
+    return select(part.rows, N, GATED);
+}
+
+fn silu(g: f32) -> f32 {
+    return g / (1.0 + exp(-g));
+}
+
 /// 1 / rms of a row from its sum of squares (1 without NORM).
 fn inv_rms(sum_sq: f32) -> f32 {
     return select(1.0, inverseSqrt(sum_sq / f32(K) + EPS), NORM);
@@ -79,9 +107,9 @@ const WG: u32 = 16u; // gpu/ops/matmul.rs WG
 @compute @workgroup_size(WG)
 fn matmul_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let t0 = wid.y * TOKENS;
-    let r0 = (wid.x * WG + lid) * ROWS;
+    let r0 = (wid.x * WG + lid) * outputs_per_block(ROWS); // the first output row
     let nt = params.n_tokens;
-    if (t0 >= nt || r0 >= part.rows) {
+    if (t0 >= nt || r0 >= output_rows()) {
         return;
     }
     let rb = row_bytes(K);
@@ -91,7 +119,7 @@ fn matmul_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
     }
     var wrow: array<u32, MAX_ROWS>; // byte offset of weight row r
     for (var j = 0u; j < ROWS; j++) {
-        wrow[j] = min(r0 + j, part.rows - 1u) * rb;
+        wrow[j] = weight_row(r0, j, ROWS) * rb;
     }
     var acc: array<array<f32, MAX_ROWS>, MAX_TOKENS>;
     var k = 0u;
@@ -220,9 +248,17 @@ fn matmul_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
             }
         }
         let scale = inv_rms(sum_sq);
-        for (var j = 0u; j < ROWS; j++) {
-            if (t0 + i < nt && r0 + j < part.rows) {
-                store(t0 + i, r0 + j, acc[i][j] * scale);
+        if (GATED) {
+            for (var j = 0u; j < ROWS / 2u; j++) {
+                if (t0 + i < nt && r0 + j < N) {
+                    store(t0 + i, r0 + j, silu(acc[i][j] * scale) * (acc[i][j + ROWS / 2u] * scale));
+                }
+            }
+        } else {
+            for (var j = 0u; j < ROWS; j++) {
+                if (t0 + i < nt && r0 + j < part.rows) {
+                    store(t0 + i, r0 + j, acc[i][j] * scale);
+                }
             }
         }
     }
@@ -241,15 +277,15 @@ var<workgroup> lane_sums: array<f32, WIDE_SUMS * WIDE_WG>;
 // added in a tree in workgroup memory.
 @compute @workgroup_size(WIDE_WG)
 fn matvec_wide(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let r0 = linear_group(wid, nwg) * WIDE_ROWS;
-    if (r0 >= part.rows) {
+    let r0 = linear_group(wid, nwg) * outputs_per_block(WIDE_ROWS); // the first output row
+    if (r0 >= output_rows()) {
         return; // the whole workgroup: r0 is uniform
     }
     let nt = min(params.n_tokens, MAX_TOKENS);
     let rb = row_bytes(K);
     var wrow = array<u32, WIDE_ROWS>();
     for (var j = 0u; j < WIDE_ROWS; j++) {
-        wrow[j] = min(r0 + j, part.rows - 1u) * rb;
+        wrow[j] = weight_row(r0, j, WIDE_ROWS) * rb;
     }
     var acc = array<array<f32, WIDE_ROWS>, MAX_TOKENS>();
     var sum_sq = array<f32, MAX_TOKENS>();
@@ -299,11 +335,16 @@ fn matvec_wide(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
         }
         workgroupBarrier();
     }
-    if (lid < nt * WIDE_ROWS) {
-        let i = lid / WIDE_ROWS;
-        let j = lid % WIDE_ROWS;
-        if (r0 + j < part.rows) {
-            store(i, r0 + j, lane_sums[lid * WIDE_WG] * inv_rms(lane_sums[(MAX_TOKENS * WIDE_ROWS + i) * WIDE_WG]));
+    let per = outputs_per_block(WIDE_ROWS);
+    if (lid < nt * per) {
+        let i = lid / per;
+        let j = lid % per;
+        let scale = inv_rms(lane_sums[(MAX_TOKENS * WIDE_ROWS + i) * WIDE_WG]);
+        let sum = lane_sums[(i * WIDE_ROWS + j) * WIDE_WG] * scale;
+        if (GATED && r0 + j < N) {
+            store(i, r0 + j, silu(sum) * (lane_sums[(i * WIDE_ROWS + j + per) * WIDE_WG] * scale));
+        } else if (!GATED && r0 + j < part.rows) {
+            store(i, r0 + j, sum);
         }
     }
 }

@@ -70,6 +70,9 @@ fn every_weight_type_matches_the_reference() {
         let spec = SyntheticSpec { weight_type: ty, tied_embeddings: ty != GgmlType::F16, ..SyntheticSpec::tiny() };
         check(spec, EngineOptions::default(), 21);
     }
+    // Gate and up of different types: their products apart, then SiLU·mul.
+    let spec = SyntheticSpec { ffn_up_type: Some(GgmlType::Q8_0), ..SyntheticSpec::tiny() };
+    check(spec, EngineOptions::default(), 21);
 }
 
 #[test]

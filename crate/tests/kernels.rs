@@ -151,6 +151,30 @@ fn matmul_with_the_rmsnorm_prologue() {
 }
 
 #[test]
+fn gated_matmul_is_silu_of_the_gate_times_up() {
+    let mut rng = SplitMix64(13);
+    let gpu = gpu(LimitsPolicy::Adapter);
+    for ty in TYPES {
+        let (k, f) = (if ty.block_len() == 1 { 257 } else { 288 }, 37);
+        let (gate_data, gate) = random_weight(&mut rng, ty, k, f);
+        let (up_data, up) = random_weight(&mut rng, ty, k, f);
+        let gw = GpuWeight::upload(gpu, "gate_up", ty, k, 2 * f, &[gate_data, up_data].concat()).unwrap();
+        let g: Vec<f32> = randn(&mut rng, k).iter().map(|v| 1.0 + 0.3 * v).collect();
+        for (shape, t) in [(DecodeShape::Wide, 1), (DecodeShape::Wide, 3), (DecodeShape::Rows, 2), (DecodeShape::Rows, 33)] {
+            let x = randn(&mut rng, t * k);
+            let h = reference::rmsnorm(&x, &g, 1e-5);
+            let want = reference::silu_mul(&reference::matmul(&h, &gate, k, f), &reference::matmul(&h, &up, k, f));
+            let step = gpu.uniform("step", &StepParams::new(t as u32, 0));
+            let (xb, gb, yb) = (gpu.upload("x", f32_bytes(&x)), gpu.upload("g", f32_bytes(&g)), gpu.storage("y", (t * f * 4) as u64));
+            let op = Matmul::gated(gpu, shape, ty, k, f, 1e-5);
+            let b = op.bind_normed(gpu, &step, &xb, &gb, &gw, &yb);
+            run(gpu, |p| op.encode(p, &b, t as u32));
+            assert_close(&format!("gated matmul {} T={t} {shape:?}", ty.name()), &read(gpu, &yb, t * f), &want, 1e-4);
+        }
+    }
+}
+
+#[test]
 fn matmul_prefill_speed_smollm_ffn() {
     // 512×576 · (1536×576)ᵀ in Q4_1, SmolLM2-135M's FFN up projection; prints the time.
     let gpu = gpu(LimitsPolicy::Adapter);

@@ -18,7 +18,7 @@ use crate::gpu::{GpuWeight, StepParams};
 use crate::kv::pool::KvPool;
 use crate::model::Config;
 
-use super::weights::ModelWeights;
+use super::weights::{FfnIn, ModelWeights};
 use super::EngineError;
 
 struct LayerPlan {
@@ -30,10 +30,19 @@ struct LayerPlan {
     store: KvStoreBinding,
     attn: AttentionPagedBinding,
     o: MatmulBinding,
-    gate: MatmulBinding,
-    up: MatmulBinding,
-    silu: SiluMulBinding,
+    ffn_in: FfnInPlan,
     down: MatmulBinding,
+}
+
+/// The FFN's gate, up and SiLU·mul: one gated product where the weights are one (`FfnIn`).
+enum FfnInOps {
+    GateUp(Matmul),
+    Apart { gate: Matmul, up: Matmul, silu: SiluMul },
+}
+
+enum FfnInPlan {
+    GateUp(MatmulBinding),
+    Apart { gate: MatmulBinding, up: MatmulBinding, silu: SiluMulBinding },
 }
 
 /// The ops of one layer; pipelines are shared through the device's pipeline cache. The
@@ -47,9 +56,7 @@ struct LayerOps {
     store: KvStore,
     attn: AttentionPaged,
     o: Matmul,
-    gate: Matmul,
-    up: Matmul,
-    silu: SiluMul,
+    ffn_in: FfnInOps,
     down: Matmul,
 }
 
@@ -121,9 +128,9 @@ impl Forward {
         let k = act("k", kvd); // (T, Hkv·D)
         let v = act("v", kvd); // (T, Hkv·D)
         let att = act("att", c); // (T, H·D)
-        let gate = act("gate", f); // (T, F)
-        let up = act("up", f); // (T, F)
         let ffn = act("ffn", f); // (T, F)
+        // Gate and up outputs apart, only for layers whose weights are apart.
+        let apart = w.layers.iter().any(|l| matches!(l.ffn_in, FfnIn::Apart { .. })).then(|| (act("gate", f), act("up", f)));
         let last = gpu.storage("last", c * 4); // (1, C)
         let logits = gpu.storage("logits", cfg.vocab_size as u64 * 4);
         let logits_staging = staging(gpu, "logits.staging", cfg.vocab_size as u64 * 4);
@@ -150,9 +157,10 @@ impl Forward {
                 store: KvStore::new(gpu, nkv, d, ps),
                 attn: AttentionPaged::new(gpu, shapes.attention, nh, nkv, d, ps, max_batch),
                 o: matmul(&lw.wo, true),
-                gate: normed(&lw.w_gate),
-                up: normed(&lw.w_up),
-                silu: SiluMul::new(gpu, cfg.n_ff),
+                ffn_in: match &lw.ffn_in {
+                    FfnIn::GateUp(gu) => FfnInOps::GateUp(Matmul::gated(gpu, shapes.decode, gu.ty, gu.k, cfg.n_ff, cfg.rms_eps)),
+                    FfnIn::Apart { gate, up } => FfnInOps::Apart { gate: normed(gate), up: normed(up), silu: SiluMul::new(gpu, cfg.n_ff) },
+                },
                 down: matmul(&lw.w_down, true),
             };
             let (kc, vc) = (&pool.k[i], &pool.v[i]);
@@ -167,9 +175,15 @@ impl Forward {
                 store: ops.store.bind(gpu, &step, &k, &v, &page_table, kc, vc),
                 attn: ops.attn.bind(gpu, &step, &split, &q, &page_table, kc, vc, scratch, &att),
                 o: ops.o.bind(gpu, &step, &att, &lw.wo, &x),
-                gate: ops.gate.bind_normed(gpu, &step, &x, &lw.ffn_norm, &lw.w_gate, &gate),
-                up: ops.up.bind_normed(gpu, &step, &x, &lw.ffn_norm, &lw.w_up, &up),
-                silu: ops.silu.bind(gpu, &step, &gate, &up, &ffn),
+                ffn_in: match (&ops.ffn_in, &lw.ffn_in, &apart) {
+                    (FfnInOps::GateUp(op), FfnIn::GateUp(gu), _) => FfnInPlan::GateUp(op.bind_normed(gpu, &step, &x, &lw.ffn_norm, gu, &ffn)),
+                    (FfnInOps::Apart { gate, up, silu }, FfnIn::Apart { gate: wg, up: wu }, Some((g, u))) => FfnInPlan::Apart {
+                        gate: gate.bind_normed(gpu, &step, &x, &lw.ffn_norm, wg, g),
+                        up: up.bind_normed(gpu, &step, &x, &lw.ffn_norm, wu, u),
+                        silu: silu.bind(gpu, &step, g, u, &ffn),
+                    },
+                    _ => return Err(EngineError::Internal("FFN ops built for other weights")),
+                },
                 down: ops.down.bind(gpu, &step, &ffn, &lw.w_down, &x),
             });
             layer_ops.push(ops);
@@ -325,9 +339,16 @@ impl Forward {
             rec.op(OpRole::KvStore, 1, |p| ops.store.encode(p, &b.store, t));
             rec.op(OpRole::Attention, 2, |p| ops.attn.encode(p, &b.attn, t, plan));
             rec.op(OpRole::OutMatmul, b.o.dispatches(), |p| ops.o.encode(p, &b.o, t));
-            rec.op(OpRole::GateUpMatmul, b.gate.dispatches(), |p| ops.gate.encode(p, &b.gate, t));
-            rec.op(OpRole::GateUpMatmul, b.up.dispatches(), |p| ops.up.encode(p, &b.up, t));
-            rec.op(OpRole::SiluMul, 1, |p| ops.silu.encode(p, &b.silu, t));
+            match (&ops.ffn_in, &b.ffn_in) {
+                (FfnInOps::GateUp(op), FfnInPlan::GateUp(gu)) => rec.op(OpRole::GatedMatmul, gu.dispatches(), |p| op.encode(p, gu, t)),
+                (FfnInOps::Apart { gate, up, silu }, FfnInPlan::Apart { gate: bg, up: bu, silu: bs }) => {
+                    rec.op(OpRole::GateUpMatmul, bg.dispatches(), |p| gate.encode(p, bg, t));
+                    rec.op(OpRole::GateUpMatmul, bu.dispatches(), |p| up.encode(p, bu, t));
+                    rec.op(OpRole::SiluMul, 1, |p| silu.encode(p, bs, t));
+                }
+                // Built together in `new`: the ops and the bindings always agree.
+                _ => {}
+            }
             rec.op(OpRole::DownMatmul, b.down.dispatches(), |p| ops.down.encode(p, &b.down, t));
         }
         if head != Head::None {

@@ -183,7 +183,7 @@ impl Streaming {
             if done || self.pending.len() >= WRITE_CHUNK {
                 // Whole words only until the last, which `write_padded` pads.
                 let n = if done { self.pending.len() } else { self.pending.len() / 4 * 4 };
-                write_padded(gpu, &t.buffer, self.written, &self.pending[..n]);
+                write_padded(gpu, &t.buffer, t.dst_offset + self.written, &self.pending[..n]);
                 self.written += n as u64;
                 self.pending.drain(..n);
             }

@@ -14,9 +14,16 @@ pub struct LayerWeights {
     pub wv: GpuWeight,           // (Hkv·D rows of C)
     pub wo: GpuWeight,           // (C rows of C)
     pub ffn_norm: wgpu::Buffer,  // (C) f32
-    pub w_gate: GpuWeight,       // (F rows of C)
-    pub w_up: GpuWeight,         // (F rows of C)
-    pub w_down: GpuWeight,       // (C rows of F)
+    pub ffn_in: FfnIn,
+    pub w_down: GpuWeight, // (C rows of F)
+}
+
+/// The FFN's gate and up projections: one weight holding both (one product, SiLU·mul its
+/// epilogue) where their types match and both fit one buffer, else two.
+pub enum FfnIn {
+    /// (2F rows of C): the gate's rows, then up's.
+    GateUp(GpuWeight),
+    Apart { gate: GpuWeight, up: GpuWeight }, // (F rows of C) each
 }
 
 pub struct ModelWeights {
@@ -28,11 +35,12 @@ pub struct ModelWeights {
 }
 
 /// Where a run of the file's tensor data goes: `len` bytes at `offset` in the data section
-/// are the contents of `buffer`.
+/// go to `buffer` from byte `dst_offset` (a multiple of 4).
 pub struct UploadTarget {
     pub offset: u64,
     pub len: u64,
     pub buffer: wgpu::Buffer,
+    pub dst_offset: u64,
 }
 
 impl ModelWeights {
@@ -47,15 +55,31 @@ impl ModelWeights {
             let w = GpuWeight::allocate(gpu, name, t.ty, k, n)?;
             let mut targets = targets.borrow_mut();
             for (buffer, range) in w.part_ranges() {
-                targets.push(UploadTarget { offset: t.offset + range.start as u64, len: range.len() as u64, buffer: buffer.clone() });
+                targets.push(UploadTarget { offset: t.offset + range.start as u64, len: range.len() as u64, buffer: buffer.clone(), dst_offset: 0 });
             }
             Ok(w)
         };
         let vector = |name: &str| -> Result<wgpu::Buffer, EngineError> {
             let t = info(name)?;
             let buffer = gpu.storage(name, t.n_bytes);
-            targets.borrow_mut().push(UploadTarget { offset: t.offset, len: t.n_bytes, buffer: buffer.clone() });
+            targets.borrow_mut().push(UploadTarget { offset: t.offset, len: t.n_bytes, buffer: buffer.clone(), dst_offset: 0 });
             Ok(buffer)
+        };
+        // Gate and up in one buffer, up's rows after the gate's, where that can be.
+        let ffn_in = |gate_name: &str, up_name: &str| -> Result<FfnIn, EngineError> {
+            let (g, u) = (info(gate_name)?, info(up_name)?);
+            let (k, f) = (g.dims[0] as usize, g.dims[1] as usize);
+            let same = g.ty == u.ty && g.dims == u.dims && g.n_bytes == u.n_bytes;
+            if same && g.n_bytes % 4 == 0 {
+                let w = GpuWeight::allocate(gpu, &gate_name.replace("ffn_gate", "ffn_gate_up"), g.ty, k, 2 * f)?;
+                if let [part] = w.parts.as_slice() {
+                    let mut targets = targets.borrow_mut();
+                    targets.push(UploadTarget { offset: g.offset, len: g.n_bytes, buffer: part.buffer.clone(), dst_offset: 0 });
+                    targets.push(UploadTarget { offset: u.offset, len: u.n_bytes, buffer: part.buffer.clone(), dst_offset: g.n_bytes });
+                    return Ok(FfnIn::GateUp(w));
+                }
+            }
+            Ok(FfnIn::Apart { gate: matrix(gate_name)?, up: matrix(up_name)? })
         };
         let layers = (0..cfg.n_layers)
             .map(|i| {
@@ -67,8 +91,7 @@ impl ModelWeights {
                     wv: matrix(&n("attn_v"))?,
                     wo: matrix(&n("attn_output"))?,
                     ffn_norm: vector(&n("ffn_norm"))?,
-                    w_gate: matrix(&n("ffn_gate"))?,
-                    w_up: matrix(&n("ffn_up"))?,
+                    ffn_in: ffn_in(&n("ffn_gate"), &n("ffn_up"))?,
                     w_down: matrix(&n("ffn_down"))?,
                 })
             })

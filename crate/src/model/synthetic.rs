@@ -16,6 +16,9 @@ pub struct SyntheticSpec {
     pub n_ctx: usize,
     /// Type of the projection matrices; norms stay F32, the embedding is Q8_0 like SmolLM2's.
     pub weight_type: GgmlType,
+    /// The FFN up projection's type when it differs from the other projections' (as in the
+    /// mixed quantizations, Q4_K_M's among them).
+    pub ffn_up_type: Option<GgmlType>,
     pub tied_embeddings: bool,
     pub seed: u64,
 }
@@ -32,6 +35,7 @@ impl SyntheticSpec {
             vocab_size: 512,
             n_ctx: 1024,
             weight_type: GgmlType::Q4_1,
+            ffn_up_type: None,
             tied_embeddings: true,
             seed: 7,
         }
@@ -48,6 +52,7 @@ impl SyntheticSpec {
             vocab_size: 49152,
             n_ctx: 8192,
             weight_type: GgmlType::Q4_1,
+            ffn_up_type: None,
             tied_embeddings: true,
             seed: 1,
         }
@@ -65,6 +70,7 @@ impl SyntheticSpec {
             vocab_size: 128256,
             n_ctx: 131072,
             weight_type: GgmlType::Q4_0,
+            ffn_up_type: None,
             tied_embeddings: true,
             seed: 1,
         }
@@ -110,7 +116,7 @@ impl SyntheticSpec {
             mat(&mut w, &mut rng, &n("attn_output"), c, c, ty, s_c);
             norm(&mut w, &n("ffn_norm"), &mut rng);
             mat(&mut w, &mut rng, &n("ffn_gate"), c, f, ty, s_c);
-            mat(&mut w, &mut rng, &n("ffn_up"), c, f, ty, s_c);
+            mat(&mut w, &mut rng, &n("ffn_up"), c, f, self.ffn_up_type.unwrap_or(ty), s_c);
             mat(&mut w, &mut rng, &n("ffn_down"), f, c, ty, s_f);
         }
         norm(&mut w, "output_norm.weight", &mut rng);

@@ -89,26 +89,35 @@ impl Matmul {
 
     /// `new` with decode steps in `decode`'s shape, whatever the adapter (tests run both).
     pub fn with_decode_shape(gpu: &Gpu, decode: DecodeShape, ty: GgmlType, k: usize, n: usize, accumulate: bool) -> Self {
-        Self::build(gpu, decode, ty, k, n, accumulate, None)
+        Self::build(gpu, decode, ty, k, n, accumulate, None, false)
     }
 
     /// y = rmsnorm(x)·wᵀ: the RMSNorm with epsilon `eps` (and the weights `bind_normed` binds)
     /// as the product's prologue, in place of a normalisation pass and its copy of x.
     pub fn with_norm(gpu: &Gpu, decode: DecodeShape, ty: GgmlType, k: usize, n: usize, accumulate: bool, eps: f32) -> Self {
-        Self::build(gpu, decode, ty, k, n, accumulate, Some(eps))
+        Self::build(gpu, decode, ty, k, n, accumulate, Some(eps), false)
     }
 
-    fn build(gpu: &Gpu, decode: DecodeShape, ty: GgmlType, k: usize, n: usize, accumulate: bool, norm_eps: Option<f32>) -> Self {
+    /// The FFN's first half in one product: y (T, f) = silu(rmsnorm(x)·gateᵀ) ⊙ (rmsnorm(x)·upᵀ)
+    /// from one weight of 2·`f` rows (the gate's, then up's: `ffn_gate_up`), bound with
+    /// `bind_normed`; SiLU·mul is its epilogue.
+    pub fn gated(gpu: &Gpu, decode: DecodeShape, ty: GgmlType, k: usize, f: usize, eps: f32) -> Self {
+        Self::build(gpu, decode, ty, k, 2 * f, false, Some(eps), true)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn build(gpu: &Gpu, decode: DecodeShape, ty: GgmlType, k: usize, n: usize, accumulate: bool, norm_eps: Option<f32>, gated: bool) -> Self {
         let key = |entry, (tokens, rows): (u32, u32)| {
             PipelineKey::new(OpKind::Matmul, entry)
                 .with("DTYPE", ty.id())
                 .with("K", k as u32)
-                .with("N", n as u32)
+                .with("N", if gated { n / 2 } else { n } as u32)
                 .with("ACCUMULATE", accumulate as u32)
                 .with("TOKENS", tokens)
                 .with("ROWS", rows)
                 .with("NORM", norm_eps.is_some() as u32)
                 .with("EPS", norm_eps.unwrap_or(1e-5))
+                .with("GATED", gated as u32)
         };
         let matvec = match decode {
             DecodeShape::Wide => gpu.pipeline(&KERNEL, key("matvec_wide", MATVEC_SHAPE)),
