@@ -18,6 +18,9 @@ override ROWS: u32 = 16u;          // weight rows per thread, <= MAX_ROWS
 override NORM: bool = false;       // y = rmsnorm(x) · wᵀ: x's rows RMS-normalised and scaled by norm_w first
 override EPS: f32 = 1e-5;          // with NORM: added to the mean square
 override GATED: bool = false;      // the FFN's gate and up: y = silu(x·gateᵀ) ⊙ (x·upᵀ), see below
+override SPLIT_QKV: bool = false;  // attention's q, k, v from one weight: rows to y, y_k, y_v
+override N_Q: u32 = 0u;            // with SPLIT_QKV: q's rows (then N_KV of k, N_KV of v)
+override N_KV: u32 = 0u;
 
 @group(0) @binding(0) var<uniform> params: StepParams;
 @group(0) @binding(1) var<uniform> part: Part;
@@ -25,6 +28,8 @@ override GATED: bool = false;      // the FFN's gate and up: y = silu(x·gateᵀ
 @group(0) @binding(3) var<storage, read> w: array<u32>;       // (part.rows, row_bytes(K)) GGUF blocks
 @group(0) @binding(4) var<storage, read_write> y: array<f32>; // (T, N)
 @group(0) @binding(5) var<storage, read> norm_w: array<f32>;  // (K) with NORM, else unused
+@group(0) @binding(6) var<storage, read_write> y_k: array<f32>; // (T, N_KV) with SPLIT_QKV, else unused
+@group(0) @binding(7) var<storage, read_write> y_v: array<f32>; // (T, N_KV) with SPLIT_QKV, else unused
 
 // RMSNorm as this product's prologue: rmsnorm(x)·wᵀ = ((x ⊙ norm_w)·wᵀ) / rms(x), so the
 // activations are scaled by norm_w as they are read and each output by 1/rms(x) at the end;
@@ -89,6 +94,17 @@ fn weight_word(i: u32) -> u32 {
 }
 
 fn store(t: u32, r: u32, v: f32) {
+    if (SPLIT_QKV) {
+        // One part (the loader keeps a split weight whole): r is the weight's row.
+        if (r < N_Q) {
+            y[t * N_Q + r] = v;
+        } else if (r < N_Q + N_KV) {
+            y_k[t * N_KV + r - N_Q] = v;
+        } else {
+            y_v[t * N_KV + r - N_Q - N_KV] = v;
+        }
+        return;
+    }
     let i = t * N + part.first_row + r;
     if (ACCUMULATE) {
         y[i] += v;

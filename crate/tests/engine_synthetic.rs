@@ -70,8 +70,8 @@ fn every_weight_type_matches_the_reference() {
         let spec = SyntheticSpec { weight_type: ty, tied_embeddings: ty != GgmlType::F16, ..SyntheticSpec::tiny() };
         check(spec, EngineOptions::default(), 21);
     }
-    // Gate and up of different types: their products apart, then SiLU·mul.
-    let spec = SyntheticSpec { ffn_up_type: Some(GgmlType::Q8_0), ..SyntheticSpec::tiny() };
+    // V, and up, of another type than the rest: q/k/v apart, gate and up apart then SiLU·mul.
+    let spec = SyntheticSpec { ffn_up_type: Some(GgmlType::Q8_0), attn_v_type: Some(GgmlType::Q8_0), ..SyntheticSpec::tiny() };
     check(spec, EngineOptions::default(), 21);
 }
 

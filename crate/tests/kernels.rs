@@ -175,6 +175,33 @@ fn gated_matmul_is_silu_of_the_gate_times_up() {
 }
 
 #[test]
+fn qkv_matmul_writes_each_projection_to_its_own_buffer() {
+    let mut rng = SplitMix64(14);
+    let gpu = gpu(LimitsPolicy::Adapter);
+    for ty in TYPES {
+        let (k, nq, nkv) = (if ty.block_len() == 1 { 257 } else { 288 }, 37, 21);
+        let weights: Vec<(Vec<u8>, Vec<f32>)> = [nq, nkv, nkv].iter().map(|&n| random_weight(&mut rng, ty, k, n)).collect();
+        let data: Vec<u8> = weights.iter().flat_map(|(d, _)| d.clone()).collect();
+        let gw = GpuWeight::upload(gpu, "qkv", ty, k, nq + 2 * nkv, &data).unwrap();
+        let g: Vec<f32> = randn(&mut rng, k).iter().map(|v| 1.0 + 0.3 * v).collect();
+        for (shape, t) in [(DecodeShape::Wide, 1), (DecodeShape::Wide, 4), (DecodeShape::Rows, 2), (DecodeShape::Rows, 33)] {
+            let x = randn(&mut rng, t * k);
+            let h = reference::rmsnorm(&x, &g, 1e-5);
+            let step = gpu.uniform("step", &StepParams::new(t as u32, 0));
+            let (xb, gb) = (gpu.upload("x", f32_bytes(&x)), gpu.upload("g", f32_bytes(&g)));
+            let outs: Vec<wgpu::Buffer> = [nq, nkv, nkv].iter().map(|&n| gpu.storage("out", (t * n * 4) as u64)).collect();
+            let op = Matmul::qkv(gpu, shape, ty, k, nq, nkv, 1e-5);
+            let b = op.bind_qkv(gpu, &step, &xb, &gb, &gw, &outs[0], &outs[1], &outs[2]);
+            run(gpu, |p| op.encode(p, &b, t as u32));
+            for (i, ((_, w), n)) in weights.iter().zip([nq, nkv, nkv]).enumerate() {
+                let want = reference::matmul(&h, w, k, n);
+                assert_close(&format!("qkv matmul {} T={t} {shape:?} output {i}", ty.name()), &read(gpu, &outs[i], t * n), &want, 1e-4);
+            }
+        }
+    }
+}
+
+#[test]
 fn matmul_prefill_speed_smollm_ffn() {
     // 512×576 · (1536×576)ᵀ in Q4_1, SmolLM2-135M's FFN up projection; prints the time.
     let gpu = gpu(LimitsPolicy::Adapter);

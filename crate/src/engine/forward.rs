@@ -18,13 +18,11 @@ use crate::gpu::{GpuWeight, StepParams};
 use crate::kv::pool::KvPool;
 use crate::model::Config;
 
-use super::weights::{FfnIn, ModelWeights};
+use super::weights::{AttnIn, FfnIn, ModelWeights};
 use super::EngineError;
 
 struct LayerPlan {
-    q: MatmulBinding,
-    k: MatmulBinding,
-    v: MatmulBinding,
+    attn_in: AttnInPlan,
     rope_q: RopeBinding,
     rope_k: RopeBinding,
     store: KvStoreBinding,
@@ -32,6 +30,17 @@ struct LayerPlan {
     o: MatmulBinding,
     ffn_in: FfnInPlan,
     down: MatmulBinding,
+}
+
+/// Attention's q, k, v: one product where the weights are one (`AttnIn`).
+enum AttnInOps {
+    Qkv(Matmul),
+    Apart { q: Matmul, k: Matmul, v: Matmul },
+}
+
+enum AttnInPlan {
+    Qkv(MatmulBinding),
+    Apart { q: MatmulBinding, k: MatmulBinding, v: MatmulBinding },
 }
 
 /// The FFN's gate, up and SiLU·mul: one gated product where the weights are one (`FfnIn`).
@@ -48,9 +57,7 @@ enum FfnInPlan {
 /// The ops of one layer; pipelines are shared through the device's pipeline cache. The
 /// attention and FFN RMSNorms are the prologues of the q/k/v and gate/up products.
 struct LayerOps {
-    q: Matmul,
-    k: Matmul,
-    v: Matmul,
+    attn_in: AttnInOps,
     rope_q: Rope,
     rope_k: Rope,
     store: KvStore,
@@ -149,9 +156,10 @@ impl Forward {
         let normed = |w: &GpuWeight| Matmul::with_norm(gpu, shapes.decode, w.ty, w.k, w.n, false, cfg.rms_eps);
         for (i, lw) in w.layers.iter().enumerate() {
             let ops = LayerOps {
-                q: normed(&lw.wq),
-                k: normed(&lw.wk),
-                v: normed(&lw.wv),
+                attn_in: match &lw.attn_in {
+                    AttnIn::Qkv(w) => AttnInOps::Qkv(Matmul::qkv(gpu, shapes.decode, w.ty, w.k, cfg.n_embd, cfg.kv_dim(), cfg.rms_eps)),
+                    AttnIn::Apart { wq, wk, wv } => AttnInOps::Apart { q: normed(wq), k: normed(wk), v: normed(wv) },
+                },
                 rope_q: Rope::new(gpu, nh, d, cfg.rope_base),
                 rope_k: Rope::new(gpu, nkv, d, cfg.rope_base),
                 store: KvStore::new(gpu, nkv, d, ps),
@@ -167,9 +175,15 @@ impl Forward {
             // Layers run one after another: they share one scratch buffer for attention's splits.
             let scratch = attn_scratch.get_or_insert_with(|| gpu.storage("attention.scratch", ops.attn.scratch_bytes(d)));
             layers.push(LayerPlan {
-                q: ops.q.bind_normed(gpu, &step, &x, &lw.attn_norm, &lw.wq, &q),
-                k: ops.k.bind_normed(gpu, &step, &x, &lw.attn_norm, &lw.wk, &k),
-                v: ops.v.bind_normed(gpu, &step, &x, &lw.attn_norm, &lw.wv, &v),
+                attn_in: match (&ops.attn_in, &lw.attn_in) {
+                    (AttnInOps::Qkv(op), AttnIn::Qkv(w)) => AttnInPlan::Qkv(op.bind_qkv(gpu, &step, &x, &lw.attn_norm, w, &q, &k, &v)),
+                    (AttnInOps::Apart { q: oq, k: ok, v: ov }, AttnIn::Apart { wq, wk, wv }) => AttnInPlan::Apart {
+                        q: oq.bind_normed(gpu, &step, &x, &lw.attn_norm, wq, &q),
+                        k: ok.bind_normed(gpu, &step, &x, &lw.attn_norm, wk, &k),
+                        v: ov.bind_normed(gpu, &step, &x, &lw.attn_norm, wv, &v),
+                    },
+                    _ => return Err(EngineError::Internal("attention ops built for other weights")),
+                },
                 rope_q: ops.rope_q.bind(gpu, &step, &q),
                 rope_k: ops.rope_k.bind(gpu, &step, &k),
                 store: ops.store.bind(gpu, &step, &k, &v, &page_table, kc, vc),
@@ -331,9 +345,16 @@ impl Forward {
     fn record(&self, rec: &mut Recorder<'_>, t: u32, plan: SplitParams, head: Head) {
         rec.op(OpRole::Embed, 1, |p| self.embed.0.encode(p, &self.embed.1, t));
         for (ops, b) in self.layer_ops.iter().zip(&self.layers) {
-            rec.op(OpRole::QkvMatmul, b.q.dispatches(), |p| ops.q.encode(p, &b.q, t));
-            rec.op(OpRole::QkvMatmul, b.k.dispatches(), |p| ops.k.encode(p, &b.k, t));
-            rec.op(OpRole::QkvMatmul, b.v.dispatches(), |p| ops.v.encode(p, &b.v, t));
+            match (&ops.attn_in, &b.attn_in) {
+                (AttnInOps::Qkv(op), AttnInPlan::Qkv(qkv)) => rec.op(OpRole::QkvMatmul, qkv.dispatches(), |p| op.encode(p, qkv, t)),
+                (AttnInOps::Apart { q, k, v }, AttnInPlan::Apart { q: bq, k: bk, v: bv }) => {
+                    rec.op(OpRole::QkvMatmul, bq.dispatches(), |p| q.encode(p, bq, t));
+                    rec.op(OpRole::QkvMatmul, bk.dispatches(), |p| k.encode(p, bk, t));
+                    rec.op(OpRole::QkvMatmul, bv.dispatches(), |p| v.encode(p, bv, t));
+                }
+                // Built together in `new`: the ops and the bindings always agree.
+                _ => {}
+            }
             rec.op(OpRole::Rope, 1, |p| ops.rope_q.encode(p, &b.rope_q, t));
             rec.op(OpRole::Rope, 1, |p| ops.rope_k.encode(p, &b.rope_k, t));
             rec.op(OpRole::KvStore, 1, |p| ops.store.encode(p, &b.store, t));

@@ -9,13 +9,19 @@ use super::EngineError;
 
 pub struct LayerWeights {
     pub attn_norm: wgpu::Buffer, // (C) f32
-    pub wq: GpuWeight,           // (C rows of C)
-    pub wk: GpuWeight,           // (Hkv·D rows of C)
-    pub wv: GpuWeight,           // (Hkv·D rows of C)
+    pub attn_in: AttnIn,
     pub wo: GpuWeight,           // (C rows of C)
     pub ffn_norm: wgpu::Buffer,  // (C) f32
     pub ffn_in: FfnIn,
     pub w_down: GpuWeight, // (C rows of F)
+}
+
+/// Attention's q, k and v projections: one weight holding all three (one product) where their
+/// types match and they fit one buffer, else three.
+pub enum AttnIn {
+    /// (C + 2·Hkv·D rows of C): q's rows, then k's, then v's.
+    Qkv(GpuWeight),
+    Apart { wq: GpuWeight, wk: GpuWeight, wv: GpuWeight }, // (C, Hkv·D, Hkv·D rows of C)
 }
 
 /// The FFN's gate and up projections: one weight holding both (one product, SiLU·mul its
@@ -65,33 +71,45 @@ impl ModelWeights {
             targets.borrow_mut().push(UploadTarget { offset: t.offset, len: t.n_bytes, buffer: buffer.clone(), dst_offset: 0 });
             Ok(buffer)
         };
-        // Gate and up in one buffer, up's rows after the gate's, where that can be.
-        let ffn_in = |gate_name: &str, up_name: &str| -> Result<FfnIn, EngineError> {
-            let (g, u) = (info(gate_name)?, info(up_name)?);
-            let (k, f) = (g.dims[0] as usize, g.dims[1] as usize);
-            let same = g.ty == u.ty && g.dims == u.dims && g.n_bytes == u.n_bytes;
-            if same && g.n_bytes % 4 == 0 {
-                let w = GpuWeight::allocate(gpu, &gate_name.replace("ffn_gate", "ffn_gate_up"), g.ty, k, 2 * f)?;
-                if let [part] = w.parts.as_slice() {
-                    let mut targets = targets.borrow_mut();
-                    targets.push(UploadTarget { offset: g.offset, len: g.n_bytes, buffer: part.buffer.clone(), dst_offset: 0 });
-                    targets.push(UploadTarget { offset: u.offset, len: u.n_bytes, buffer: part.buffer.clone(), dst_offset: g.n_bytes });
-                    return Ok(FfnIn::GateUp(w));
-                }
+        // Tensors of one type and row length stacked in one buffer (one after another, each
+        // starting on a word), where they fit a single part: the fused products' weights.
+        let stacked = |name: String, names: &[&str]| -> Result<Option<GpuWeight>, EngineError> {
+            let infos = names.iter().map(|n| info(n)).collect::<Result<Vec<_>, _>>()?;
+            let first = &infos[0];
+            let fits = infos.iter().all(|t| t.ty == first.ty && t.dims[0] == first.dims[0] && t.n_bytes % 4 == 0);
+            if !fits {
+                return Ok(None);
             }
-            Ok(FfnIn::Apart { gate: matrix(gate_name)?, up: matrix(up_name)? })
+            let rows = infos.iter().map(|t| t.dims[1] as usize).sum();
+            let w = GpuWeight::allocate(gpu, &name, first.ty, first.dims[0] as usize, rows)?;
+            let [part] = w.parts.as_slice() else { return Ok(None) };
+            let mut targets = targets.borrow_mut();
+            let mut dst_offset = 0;
+            for t in &infos {
+                targets.push(UploadTarget { offset: t.offset, len: t.n_bytes, buffer: part.buffer.clone(), dst_offset });
+                dst_offset += t.n_bytes;
+            }
+            Ok(Some(w))
         };
         let layers = (0..cfg.n_layers)
             .map(|i| {
                 let n = |s: &str| format!("blk.{i}.{s}.weight");
+                let (q, k, v) = (n("attn_q"), n("attn_k"), n("attn_v"));
+                let attn_in = match stacked(n("attn_qkv"), &[&q, &k, &v])? {
+                    Some(w) => AttnIn::Qkv(w),
+                    None => AttnIn::Apart { wq: matrix(&q)?, wk: matrix(&k)?, wv: matrix(&v)? },
+                };
+                let (gate, up) = (n("ffn_gate"), n("ffn_up"));
+                let ffn_in = match stacked(n("ffn_gate_up"), &[&gate, &up])? {
+                    Some(w) => FfnIn::GateUp(w),
+                    None => FfnIn::Apart { gate: matrix(&gate)?, up: matrix(&up)? },
+                };
                 Ok(LayerWeights {
                     attn_norm: vector(&n("attn_norm"))?,
-                    wq: matrix(&n("attn_q"))?,
-                    wk: matrix(&n("attn_k"))?,
-                    wv: matrix(&n("attn_v"))?,
+                    attn_in,
                     wo: matrix(&n("attn_output"))?,
                     ffn_norm: vector(&n("ffn_norm"))?,
-                    ffn_in: ffn_in(&n("ffn_gate"), &n("ffn_up"))?,
+                    ffn_in,
                     w_down: matrix(&n("ffn_down"))?,
                 })
             })

@@ -19,6 +19,8 @@ pub struct SyntheticSpec {
     /// The FFN up projection's type when it differs from the other projections' (as in the
     /// mixed quantizations, Q4_K_M's among them).
     pub ffn_up_type: Option<GgmlType>,
+    /// The same for attention's V projection (Q4_K_M's is Q6_K).
+    pub attn_v_type: Option<GgmlType>,
     pub tied_embeddings: bool,
     pub seed: u64,
 }
@@ -36,6 +38,7 @@ impl SyntheticSpec {
             n_ctx: 1024,
             weight_type: GgmlType::Q4_1,
             ffn_up_type: None,
+            attn_v_type: None,
             tied_embeddings: true,
             seed: 7,
         }
@@ -53,6 +56,7 @@ impl SyntheticSpec {
             n_ctx: 8192,
             weight_type: GgmlType::Q4_1,
             ffn_up_type: None,
+            attn_v_type: None,
             tied_embeddings: true,
             seed: 1,
         }
@@ -71,6 +75,7 @@ impl SyntheticSpec {
             n_ctx: 131072,
             weight_type: GgmlType::Q4_0,
             ffn_up_type: None,
+            attn_v_type: None,
             tied_embeddings: true,
             seed: 1,
         }
@@ -112,7 +117,7 @@ impl SyntheticSpec {
             let ty = self.weight_type;
             mat(&mut w, &mut rng, &n("attn_q"), c, c, ty, s_c);
             mat(&mut w, &mut rng, &n("attn_k"), c, kv, ty, s_c);
-            mat(&mut w, &mut rng, &n("attn_v"), c, kv, ty, s_c);
+            mat(&mut w, &mut rng, &n("attn_v"), c, kv, self.attn_v_type.unwrap_or(ty), s_c);
             mat(&mut w, &mut rng, &n("attn_output"), c, c, ty, s_c);
             norm(&mut w, &n("ffn_norm"), &mut rng);
             mat(&mut w, &mut rng, &n("ffn_gate"), c, f, ty, s_c);

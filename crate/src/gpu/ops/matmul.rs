@@ -8,7 +8,7 @@ use crate::gpu::{Gpu, GpuWeight, WeightPart};
 pub const KERNEL: Kernel = Kernel {
     op: OpKind::Matmul,
     source: wgsl!("matmul.wgsl", blocks),
-    slots: &[Slot::Uniform, Slot::Uniform, Slot::Read, Slot::Read, Slot::ReadWrite, Slot::Read],
+    slots: &[Slot::Uniform, Slot::Uniform, Slot::Read, Slot::Read, Slot::ReadWrite, Slot::Read, Slot::ReadWrite, Slot::ReadWrite],
 };
 
 /// Steps of at most this many tokens use the one-token-per-thread pipeline.
@@ -49,6 +49,8 @@ pub struct Matmul {
     k: usize,
     n: usize,
     norm: bool,
+    /// q, k and v rows of a SPLIT_QKV product.
+    split: Option<(usize, usize)>,
     decode: DecodeShape,
     matvec: wgpu::ComputePipeline,
     prefill: wgpu::ComputePipeline,
@@ -64,6 +66,14 @@ impl MatmulBinding {
     pub fn dispatches(&self) -> u32 {
         self.parts.len() as u32
     }
+}
+
+/// A product fused with its neighbours (matmul.wgsl GATED, SPLIT_QKV).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fused {
+    No,
+    Gated,
+    Qkv(usize, usize),
 }
 
 /// blocks.wgsl `Part`: the rows of the weight one buffer holds.
@@ -89,24 +99,36 @@ impl Matmul {
 
     /// `new` with decode steps in `decode`'s shape, whatever the adapter (tests run both).
     pub fn with_decode_shape(gpu: &Gpu, decode: DecodeShape, ty: GgmlType, k: usize, n: usize, accumulate: bool) -> Self {
-        Self::build(gpu, decode, ty, k, n, accumulate, None, false)
+        Self::build(gpu, decode, ty, k, n, accumulate, None, Fused::No)
     }
 
     /// y = rmsnorm(x)·wᵀ: the RMSNorm with epsilon `eps` (and the weights `bind_normed` binds)
     /// as the product's prologue, in place of a normalisation pass and its copy of x.
     pub fn with_norm(gpu: &Gpu, decode: DecodeShape, ty: GgmlType, k: usize, n: usize, accumulate: bool, eps: f32) -> Self {
-        Self::build(gpu, decode, ty, k, n, accumulate, Some(eps), false)
+        Self::build(gpu, decode, ty, k, n, accumulate, Some(eps), Fused::No)
     }
 
     /// The FFN's first half in one product: y (T, f) = silu(rmsnorm(x)·gateᵀ) ⊙ (rmsnorm(x)·upᵀ)
     /// from one weight of 2·`f` rows (the gate's, then up's: `ffn_gate_up`), bound with
     /// `bind_normed`; SiLU·mul is its epilogue.
     pub fn gated(gpu: &Gpu, decode: DecodeShape, ty: GgmlType, k: usize, f: usize, eps: f32) -> Self {
-        Self::build(gpu, decode, ty, k, 2 * f, false, Some(eps), true)
+        Self::build(gpu, decode, ty, k, 2 * f, false, Some(eps), Fused::Gated)
+    }
+
+    /// Attention's q, k and v in one product, y = rmsnorm(x)·Wqkvᵀ, from one weight of
+    /// `n_q` + 2·`n_kv` rows (q's, k's, then v's: `attn_qkv`), each output to its own buffer
+    /// (`bind_qkv`).
+    pub fn qkv(gpu: &Gpu, decode: DecodeShape, ty: GgmlType, k: usize, n_q: usize, n_kv: usize, eps: f32) -> Self {
+        Self::build(gpu, decode, ty, k, n_q + 2 * n_kv, false, Some(eps), Fused::Qkv(n_q, n_kv))
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn build(gpu: &Gpu, decode: DecodeShape, ty: GgmlType, k: usize, n: usize, accumulate: bool, norm_eps: Option<f32>, gated: bool) -> Self {
+    fn build(gpu: &Gpu, decode: DecodeShape, ty: GgmlType, k: usize, n: usize, accumulate: bool, norm_eps: Option<f32>, fused: Fused) -> Self {
+        let gated = fused == Fused::Gated;
+        let split = match fused {
+            Fused::Qkv(q, kv) => Some((q, kv)),
+            _ => None,
+        };
         let key = |entry, (tokens, rows): (u32, u32)| {
             PipelineKey::new(OpKind::Matmul, entry)
                 .with("DTYPE", ty.id())
@@ -118,35 +140,46 @@ impl Matmul {
                 .with("NORM", norm_eps.is_some() as u32)
                 .with("EPS", norm_eps.unwrap_or(1e-5))
                 .with("GATED", gated as u32)
+                .with("SPLIT_QKV", split.is_some() as u32)
+                .with("N_Q", split.map_or(0, |s| s.0) as u32)
+                .with("N_KV", split.map_or(0, |s| s.1) as u32)
         };
         let matvec = match decode {
             DecodeShape::Wide => gpu.pipeline(&KERNEL, key("matvec_wide", MATVEC_SHAPE)),
             DecodeShape::Rows => gpu.pipeline(&KERNEL, key("matmul_rows", MATVEC_SHAPE)),
         };
-        Self { ty, k, n, norm: norm_eps.is_some(), decode, matvec, prefill: gpu.pipeline(&KERNEL, key("matmul_rows", PREFILL_SHAPE)) }
+        Self { ty, k, n, norm: norm_eps.is_some(), split, decode, matvec, prefill: gpu.pipeline(&KERNEL, key("matmul_rows", PREFILL_SHAPE)) }
     }
 
     /// Binds `step` (StepParams), `x` (T, K) f32, the weight and `y` (T, N) f32.
     pub fn bind(&self, gpu: &Gpu, step: &wgpu::Buffer, x: &wgpu::Buffer, w: &GpuWeight, y: &wgpu::Buffer) -> MatmulBinding {
         assert!(!self.norm, "a normalising matmul is bound with bind_normed");
-        // The kernel reads no norm weights without NORM: x stands in for the binding.
-        self.bind_parts(gpu, step, x, x, w, y)
+        // The kernel reads no norm weights without NORM, and writes y_k and y_v only with
+        // SPLIT_QKV: x and y stand in for those bindings.
+        self.bind_parts(gpu, step, x, x, w, [y, y, y])
     }
 
     /// Binds as `bind`, with the RMSNorm's weights `norm_w` (K) f32, for a `with_norm` product.
     pub fn bind_normed(&self, gpu: &Gpu, step: &wgpu::Buffer, x: &wgpu::Buffer, norm_w: &wgpu::Buffer, w: &GpuWeight, y: &wgpu::Buffer) -> MatmulBinding {
-        assert!(self.norm, "bind_normed on a matmul built without a norm");
-        self.bind_parts(gpu, step, x, norm_w, w, y)
+        assert!(self.norm && self.split.is_none(), "bind_normed on a matmul built without a norm, or for q/k/v");
+        self.bind_parts(gpu, step, x, norm_w, w, [y, y, y])
     }
 
-    fn bind_parts(&self, gpu: &Gpu, step: &wgpu::Buffer, x: &wgpu::Buffer, norm_w: &wgpu::Buffer, w: &GpuWeight, y: &wgpu::Buffer) -> MatmulBinding {
+    /// Binds a `qkv` product: its outputs `q` (T, n_q), `k` and `v` (T, n_kv) f32.
+    #[allow(clippy::too_many_arguments)]
+    pub fn bind_qkv(&self, gpu: &Gpu, step: &wgpu::Buffer, x: &wgpu::Buffer, norm_w: &wgpu::Buffer, w: &GpuWeight, q: &wgpu::Buffer, k: &wgpu::Buffer, v: &wgpu::Buffer) -> MatmulBinding {
+        assert!(self.split.is_some() && w.parts.len() == 1, "bind_qkv on a matmul not built for q/k/v, or a weight in parts");
+        self.bind_parts(gpu, step, x, norm_w, w, [q, k, v])
+    }
+
+    fn bind_parts(&self, gpu: &Gpu, step: &wgpu::Buffer, x: &wgpu::Buffer, norm_w: &wgpu::Buffer, w: &GpuWeight, [y, y_k, y_v]: [&wgpu::Buffer; 3]) -> MatmulBinding {
         assert!(w.ty == self.ty && w.k == self.k && w.n == self.n, "matmul built for {:?} ({}, {}) bound to {:?} ({}, {})", self.ty, self.n, self.k, w.ty, w.n, w.k);
         let parts = w
             .parts
             .iter()
             .map(|p| {
                 let params = part_params(gpu, p);
-                (gpu.bind_group("matmul", KERNEL.slots, &[step, &params, x, &p.buffer, y, norm_w]), p.rows as u32)
+                (gpu.bind_group("matmul", KERNEL.slots, &[step, &params, x, &p.buffer, y, norm_w, y_k, y_v]), p.rows as u32)
             })
             .collect();
         MatmulBinding { parts }
