@@ -18,7 +18,10 @@ struct PickParams {
 @group(0) @binding(3) var<storage, read_write> out: array<u32, 4>; // index, best, second (f32 bits), 0
 
 const WG: u32 = 256u;
-const NEG_INF: u32 = 0xff800000u;
+// The lowest finite f32 stands for -inf (Chromium's WGSL compiler refuses an infinite
+// constant): no logit is picked unless it beats it, and a runner-up still at it is reported
+// as none (gpu/ops/top2.rs).
+const NEG_BIG: f32 = -3.40282346e38;
 var<workgroup> first_v: array<f32, WG>;
 var<workgroup> first_i: array<u32, WG>;
 var<workgroup> second_v: array<f32, WG>;
@@ -34,9 +37,9 @@ fn is_banned(i: u32) -> bool {
 
 @compute @workgroup_size(WG)
 fn main(@builtin(local_invocation_index) lid: u32) {
-    var v1 = bitcast<f32>(NEG_INF);
+    var v1 = NEG_BIG;
     var i1 = 0xffffffffu;
-    var v2 = bitcast<f32>(NEG_INF);
+    var v2 = NEG_BIG;
     for (var i = lid; i < V; i += WG) {
         let l = logits[i];
         if (is_banned(i)) {

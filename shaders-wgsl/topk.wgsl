@@ -22,7 +22,7 @@ const WG: u32 = 256u;
 const CHUNK: u32 = 1024u; // gpu/ops/topk.rs CHUNK
 const K_OUT: u32 = 64u;   // gpu/ops/topk.rs MAX_TOP_K
 const NONE: u32 = 0xffffffffu;
-const NEG_INF: u32 = 0xff800000u;
+const NEG_BIG: f32 = -3.40282346e38; // stands for -inf: Chromium's WGSL compiler refuses an infinite constant
 
 var<workgroup> vals: array<f32, CHUNK>;
 var<workgroup> ids: array<u32, CHUNK>;
@@ -37,10 +37,10 @@ fn is_banned(i: u32) -> bool {
 }
 
 // Whether candidate a goes before candidate b: a larger logit, or the same and a lower id.
-// NaN sorts as -inf.
+// NaN sorts as the lowest value.
 fn before(va: f32, ia: u32, vb: f32, ib: u32) -> bool {
-    let a = select(bitcast<f32>(NEG_INF), va, va == va);
-    let b = select(bitcast<f32>(NEG_INF), vb, vb == vb);
+    let a = select(NEG_BIG, va, va == va);
+    let b = select(NEG_BIG, vb, vb == vb);
     return a > b || (a == b && ia < ib);
 }
 
@@ -49,7 +49,7 @@ fn select_top(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
     let base = wid.x * CHUNK;
     for (var e = lid; e < CHUNK; e += WG) {
         let i = base + e;
-        var v = bitcast<f32>(NEG_INF);
+        var v = NEG_BIG;
         var id = NONE;
         if (i < params.n_in) {
             if (params.from_logits == 1u) {

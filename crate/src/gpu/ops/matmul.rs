@@ -51,6 +51,9 @@ pub struct Matmul {
     norm: bool,
     /// q, k and v rows of a SPLIT_QKV product.
     split: Option<(usize, usize)>,
+    /// What the y_k and y_v bindings hold when the product does not split its output: WebGPU
+    /// forbids binding one buffer to two writable bindings of a dispatch.
+    unused_outputs: [wgpu::Buffer; 2],
     decode: DecodeShape,
     matvec: wgpu::ComputePipeline,
     prefill: wgpu::ComputePipeline,
@@ -148,21 +151,23 @@ impl Matmul {
             DecodeShape::Wide => gpu.pipeline(&KERNEL, key("matvec_wide", MATVEC_SHAPE)),
             DecodeShape::Rows => gpu.pipeline(&KERNEL, key("matmul_rows", MATVEC_SHAPE)),
         };
-        Self { ty, k, n, norm: norm_eps.is_some(), split, decode, matvec, prefill: gpu.pipeline(&KERNEL, key("matmul_rows", PREFILL_SHAPE)) }
+        let unused_outputs = [gpu.storage("matmul.unused_k", 4), gpu.storage("matmul.unused_v", 4)];
+        Self { ty, k, n, norm: norm_eps.is_some(), split, unused_outputs, decode, matvec, prefill: gpu.pipeline(&KERNEL, key("matmul_rows", PREFILL_SHAPE)) }
     }
 
     /// Binds `step` (StepParams), `x` (T, K) f32, the weight and `y` (T, N) f32.
     pub fn bind(&self, gpu: &Gpu, step: &wgpu::Buffer, x: &wgpu::Buffer, w: &GpuWeight, y: &wgpu::Buffer) -> MatmulBinding {
         assert!(!self.norm, "a normalising matmul is bound with bind_normed");
-        // The kernel reads no norm weights without NORM, and writes y_k and y_v only with
-        // SPLIT_QKV: x and y stand in for those bindings.
-        self.bind_parts(gpu, step, x, x, w, [y, y, y])
+        // The kernel reads no norm weights without NORM: x stands in for them.
+        let [k, v] = &self.unused_outputs;
+        self.bind_parts(gpu, step, x, x, w, [y, k, v])
     }
 
     /// Binds as `bind`, with the RMSNorm's weights `norm_w` (K) f32, for a `with_norm` product.
     pub fn bind_normed(&self, gpu: &Gpu, step: &wgpu::Buffer, x: &wgpu::Buffer, norm_w: &wgpu::Buffer, w: &GpuWeight, y: &wgpu::Buffer) -> MatmulBinding {
         assert!(self.norm && self.split.is_none(), "bind_normed on a matmul built without a norm, or for q/k/v");
-        self.bind_parts(gpu, step, x, norm_w, w, [y, y, y])
+        let [k, v] = &self.unused_outputs;
+        self.bind_parts(gpu, step, x, norm_w, w, [y, k, v])
     }
 
     /// Binds a `qkv` product: its outputs `q` (T, n_q), `k` and `v` (T, n_kv) f32.

@@ -32,7 +32,9 @@ pub struct Top2 {
 impl Top2 {
     pub fn from_words(words: [u32; 4]) -> Self {
         let index = (words[0] != u32::MAX).then_some(words[0]);
-        Self { index, best: f32::from_bits(words[1]), second: f32::from_bits(words[2]) }
+        // top2.wgsl starts from the lowest finite f32 in place of -inf.
+        let value = |bits: u32| if bits == f32::MIN.to_bits() { f32::NEG_INFINITY } else { f32::from_bits(bits) };
+        Self { index, best: value(words[1]), second: value(words[2]) }
     }
 
     /// The best logit's lead over the runner-up (infinite when there is no runner-up).
