@@ -42,11 +42,6 @@ pub enum AttentionShape {
     Lanes,
 }
 
-impl AttentionShape {
-    pub fn for_adapter(info: &wgpu::AdapterInfo) -> Self {
-        if info.device_type == wgpu::DeviceType::Cpu { Self::Lanes } else { Self::Tiled }
-    }
-}
 
 /// attention_paged.wgsl `SplitParams`: how a step's keys are split.
 #[repr(C)]

@@ -37,11 +37,6 @@ pub enum DecodeShape {
     Rows,
 }
 
-impl DecodeShape {
-    pub fn for_adapter(info: &wgpu::AdapterInfo) -> Self {
-        if info.device_type == wgpu::DeviceType::Cpu { Self::Rows } else { Self::Wide }
-    }
-}
 
 /// x (T, K) f32 · w (N rows of K, any supported type)ᵀ → y (T, N) f32.
 pub struct Matmul {
@@ -97,7 +92,7 @@ impl Matmul {
     /// For a weight of `ty` with `n` rows of `k`; `accumulate` adds into y instead of writing.
     /// Decode steps take the adapter's shape.
     pub fn new(gpu: &Gpu, ty: GgmlType, k: usize, n: usize, accumulate: bool) -> Self {
-        Self::with_decode_shape(gpu, DecodeShape::for_adapter(&gpu.info), ty, k, n, accumulate)
+        Self::with_decode_shape(gpu, super::KernelShapes::for_adapter(&gpu.info).decode, ty, k, n, accumulate)
     }
 
     /// `new` with decode steps in `decode`'s shape, whatever the adapter (tests run both).

@@ -41,10 +41,11 @@ pub struct KernelShapes {
 impl KernelShapes {
     /// The real-GPU shapes, whatever the adapter (tests run them on CPU adapters too).
     pub const GPU: Self = Self { decode: DecodeShape::Wide, attention: AttentionShape::Tiled, gpu_top_k: true };
+    pub const CPU: Self = Self { decode: DecodeShape::Rows, attention: AttentionShape::Lanes, gpu_top_k: false };
 
+    /// The one place the adapter's type picks the shapes.
     pub fn for_adapter(info: &wgpu::AdapterInfo) -> Self {
-        let cpu = info.device_type == wgpu::DeviceType::Cpu;
-        Self { decode: DecodeShape::for_adapter(info), attention: AttentionShape::for_adapter(info), gpu_top_k: !cpu }
+        if info.device_type == wgpu::DeviceType::Cpu { Self::CPU } else { Self::GPU }
     }
 }
 
