@@ -1,20 +1,14 @@
 // y = x · wᵀ (or y += x · wᵀ) for the rows of one weight part, the weights dequantized from
 // their GGUF blocks as they are read. Decode on GPUs is `matvec_wide` (at the end). In
 // `matmul_rows`, prefill everywhere and decode on CPU adapters, each thread computes a
-// TOKENS × ROWS block of y straight from storage, holding it in registers: decode uses
+// TOKENS × 8 block of y straight from storage, holding it in registers: decode uses
 // TOKENS = 1, prefill TOKENS = 4.
-//
-// Why no workgroup-memory tiles: on llvmpipe (the CPU Vulkan driver CI runs on) every storage
-// or workgroup load whose address is not a compile-time uniform is a loop over the SIMD lanes,
-// so loads, not multiply-adds, set the speed. Registers cost nothing by comparison, so each
-// loaded x value serves ROWS weight rows and each dequantized weight serves TOKENS tokens.
 
 override DTYPE: u32;               // ggml type id of w
 override K: u32;                   // row length of w = columns of x
 override N: u32;                   // rows of the whole weight = columns of y
 override ACCUMULATE: bool = false; // y += x · wᵀ (residual adds) instead of y = x · wᵀ
-override TOKENS: u32 = 1u;         // tokens per thread, <= MAX_TOKENS (gpu/ops/matmul.rs SHAPE)
-override ROWS: u32 = 16u;          // weight rows per thread, <= MAX_ROWS
+override TOKENS: u32 = 1u;         // matmul_rows: tokens per thread, 1 or 4 (gpu/ops/matmul.rs)
 override NORM: bool = false;       // y = rmsnorm(x) · wᵀ: x's rows RMS-normalised and scaled by norm_w first
 override EPS: f32 = 1e-5;          // with NORM: added to the mean square
 override GATED: bool = false;      // the FFN's gate and up: y = silu(x·gateᵀ) ⊙ (x·upᵀ), see below
@@ -114,169 +108,220 @@ fn store(t: u32, r: u32, v: f32) {
 }
 
 const MAX_TOKENS: u32 = 4u;
-const MAX_ROWS: u32 = 16u;
 const WG: u32 = 16u; // gpu/ops/matmul.rs WG
 
-// Thread g of workgroup (wid.x, wid.y) computes y for tokens wid.y·TOKENS .. + TOKENS and
-// weight rows (wid.x·WG + g)·ROWS .. + ROWS of this part. Tokens and rows past the end are
-// clamped to the last one for loading (no branches in the inner loops) and never stored.
+// Thread g of workgroup (wid.x, wid.y) computes y for tokens wid.y·TOKENS .. + TOKENS (TOKENS
+// is 1 or 4) and eight weight rows from (wid.x·WG + g)·8 of this part, every value in a named
+// vector or matrix. Tokens and rows past the end are clamped to the last one for loading (no
+// branches in the inner loops) and never stored. vec4 · mat4x4 with four rows' weights as its
+// columns gives those rows' four sums at once.
+
+// Token i's sums: rows 0-3 in ai, rows 4-7 in bi; the sums of squares of its activations in
+// sum_sq[i] (for NORM); xrow[i] is the index of its x[t, 0].
+var<private> a0: vec4<f32>;
+var<private> a1: vec4<f32>;
+var<private> a2: vec4<f32>;
+var<private> a3: vec4<f32>;
+var<private> b0: vec4<f32>;
+var<private> b1: vec4<f32>;
+var<private> b2: vec4<f32>;
+var<private> b3: vec4<f32>;
+var<private> sum_sq: vec4<f32>;
+var<private> xrow: vec4<u32>;
+
+/// norm_w[k .. k + 4] with NORM, else ones.
+fn norm4(k: u32) -> vec4<f32> {
+    if (NORM) {
+        return vec4<f32>(norm_w[k], norm_w[k + 1u], norm_w[k + 2u], norm_w[k + 3u]);
+    }
+    return vec4<f32>(1.0);
+}
+
+/// Adds columns k .. k + 3 of every token's products: rows 0-3 weighted by `ca`, rows 4-7 by `cb`.
+fn accumulate(k: u32, ca: mat4x4<f32>, cb: mat4x4<f32>) {
+    let n = norm4(k);
+    let x0 = x4_raw(xrow.x + k);
+    sum_sq.x += dot(x0, x0);
+    a0 += (x0 * n) * ca;
+    b0 += (x0 * n) * cb;
+    if (TOKENS > 1u) {
+        let x1 = x4_raw(xrow.y + k);
+        let x2 = x4_raw(xrow.z + k);
+        let x3 = x4_raw(xrow.w + k);
+        sum_sq += vec4<f32>(0.0, dot(x1, x1), dot(x2, x2), dot(x3, x3));
+        a1 += (x1 * n) * ca;
+        b1 += (x1 * n) * cb;
+        a2 += (x2 * n) * ca;
+        b2 += (x2 * n) * cb;
+        a3 += (x3 * n) * ca;
+        b3 += (x3 * n) * cb;
+    }
+}
+
+/// Four words of the weights, at word indices `at`.
+fn words4(at: vec4<u32>) -> vec4<u32> {
+    return vec4<u32>(w[at.x], w[at.y], w[at.z], w[at.w]);
+}
+
+/// The low (or high) f16 halves of four words.
+fn f16x4(u: vec4<u32>, high: bool) -> vec4<f32> {
+    let s = select(0u, 16u, high);
+    return vec4<f32>(unpack2x16float(u.x >> s).x, unpack2x16float(u.y >> s).x, unpack2x16float(u.z >> s).x, unpack2x16float(u.w >> s).x);
+}
+
+/// Weights k .. k + 3 of four rows (starting at bytes `rows`), one row a column.
+fn columns4(rows: vec4<u32>, k: u32) -> mat4x4<f32> {
+    return mat4x4<f32>(weights4(rows.x, k), weights4(rows.y, k), weights4(rows.z, k), weights4(rows.w, k));
+}
+
+/// Q4_1 weights of four rows, one row a column, from their nibble words `q` (the low or high
+/// halves), scales `d` and offsets `m`.
+fn q4_1_columns(q: vec4<u32>, d: vec4<f32>, m: vec4<f32>, high: bool) -> mat4x4<f32> {
+    return mat4x4<f32>(nibbles4(q.x, high) * d.x + m.x, nibbles4(q.y, high) * d.y + m.y, nibbles4(q.z, high) * d.z + m.z, nibbles4(q.w, high) * d.w + m.w);
+}
+
+/// Q4_0 weights of four rows, one row a column, from their nibble words `q` (the low or high
+/// halves) and scales `d`.
+fn q4_0_columns(q: vec4<u32>, d: vec4<f32>, high: bool) -> mat4x4<f32> {
+    return mat4x4<f32>((nibbles4(q.x, high) - 8.0) * d.x, (nibbles4(q.y, high) - 8.0) * d.y, (nibbles4(q.z, high) - 8.0) * d.z, (nibbles4(q.w, high) - 8.0) * d.w);
+}
+
+/// Q8_0 weights of four rows, one row a column, from their words of 4 bytes `q` and scales `d`.
+fn q8_0_columns(q: vec4<u32>, d: vec4<f32>) -> mat4x4<f32> {
+    return mat4x4<f32>(i8x4(q.x) * d.x, i8x4(q.y) * d.y, i8x4(q.z) * d.z, i8x4(q.w) * d.w);
+}
+
+fn silu4(g: vec4<f32>) -> vec4<f32> {
+    return g / (1.0 + exp(-g));
+}
+
+/// Stores token t's eight sums (GATED: the gate's four in `a`, up's in `b`) from output row r0.
+fn store8(t: u32, r0: u32, a: vec4<f32>, b: vec4<f32>, ss: f32) {
+    let s = inv_rms(ss);
+    if (GATED) {
+        let y4 = silu4(a * s) * (b * s);
+        for (var j = 0u; j < 4u; j++) {
+            if (r0 + j < N) {
+                store(t, r0 + j, y4[j]);
+            }
+        }
+        return;
+    }
+    for (var j = 0u; j < 4u; j++) {
+        if (r0 + j < part.rows) {
+            store(t, r0 + j, a[j] * s);
+        }
+        if (r0 + 4u + j < part.rows) {
+            store(t, r0 + 4u + j, b[j] * s);
+        }
+    }
+}
+
+// Why no workgroup-memory tiles: on CPU adapters (llvmpipe, SwiftShader) every storage or
+// workgroup load whose address is not a compile-time uniform is a loop over the SIMD lanes, so
+// loads, not multiply-adds, set the speed: each activation loaded serves eight rows and each
+// weight word TOKENS tokens. Named values rather than arrays: a compiler that does not unroll
+// loops (SwiftShader's) keeps an array indexed by a loop counter in memory, read lane by lane.
 @compute @workgroup_size(WG)
 fn matmul_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let t0 = wid.y * TOKENS;
-    let r0 = (wid.x * WG + lid) * outputs_per_block(ROWS); // the first output row
+    let r0 = (wid.x * WG + lid) * outputs_per_block(8u); // the first output row
     let nt = params.n_tokens;
     if (t0 >= nt || r0 >= output_rows()) {
         return;
     }
     let rb = row_bytes(K);
-    var xrow: array<u32, MAX_TOKENS>; // index of x[t, 0]
-    for (var i = 0u; i < TOKENS; i++) {
-        xrow[i] = min(t0 + i, nt - 1u) * K;
-    }
-    var wrow: array<u32, MAX_ROWS>; // byte offset of weight row r
-    for (var j = 0u; j < ROWS; j++) {
-        wrow[j] = weight_row(r0, j, ROWS) * rb;
-    }
-    var acc: array<array<f32, MAX_ROWS>, MAX_TOKENS>;
+    let wa = vec4<u32>(weight_row(r0, 0u, 8u), weight_row(r0, 1u, 8u), weight_row(r0, 2u, 8u), weight_row(r0, 3u, 8u)) * rb;
+    let wb = vec4<u32>(weight_row(r0, 4u, 8u), weight_row(r0, 5u, 8u), weight_row(r0, 6u, 8u), weight_row(r0, 7u, 8u)) * rb;
+    xrow = min(vec4<u32>(t0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(nt - 1u)) * K;
     var k = 0u;
     if (DTYPE == TYPE_Q4_1) {
         // 20-byte blocks are word-aligned: f16 d, f16 m, then word j holds the nibbles of
         // values j·4 .. j·4 + 3 (low halves) and 16 + j·4 .. (high halves).
         for (; k < K; k += 32u) {
-            let b = k / 32u * 5u;
-            var dm: array<vec2<f32>, MAX_ROWS>;
-            for (var j = 0u; j < ROWS; j++) {
-                dm[j] = unpack2x16float(w[wrow[j] / 4u + b]);
-            }
+            let ia = wa / 4u + vec4<u32>(k / 32u * 5u);
+            let ib = wb / 4u + vec4<u32>(k / 32u * 5u);
+            let dma = words4(ia);
+            let dmb = words4(ib);
+            let da = f16x4(dma, false);
+            let ma = f16x4(dma, true);
+            let db = f16x4(dmb, false);
+            let mb = f16x4(dmb, true);
             for (var g = 0u; g < 4u; g++) {
-                var xl: array<vec4<f32>, MAX_TOKENS>;
-                var xh: array<vec4<f32>, MAX_TOKENS>;
-                for (var i = 0u; i < TOKENS; i++) {
-                    let kg = k + g * 4u;
-                    xl[i] = x4(xrow[i], kg);
-                    xh[i] = x4(xrow[i], kg + 16u);
-                }
-                for (var j = 0u; j < ROWS; j++) {
-                    let q = w[wrow[j] / 4u + b + 1u + g];
-                    let lo = nibbles4(q, false) * dm[j].x + dm[j].y;
-                    let hi = nibbles4(q, true) * dm[j].x + dm[j].y;
-                    for (var i = 0u; i < TOKENS; i++) {
-                        acc[i][j] += dot(xl[i], lo) + dot(xh[i], hi);
-                    }
-                }
+                let qa = words4(ia + vec4<u32>(1u + g));
+                let qb = words4(ib + vec4<u32>(1u + g));
+                accumulate(k + g * 4u, q4_1_columns(qa, da, ma, false), q4_1_columns(qb, db, mb, false));
+                accumulate(k + g * 4u + 16u, q4_1_columns(qa, da, ma, true), q4_1_columns(qb, db, mb, true));
             }
         }
-    }
-    if ((DTYPE == TYPE_Q8_0 || DTYPE == TYPE_Q4_0) && K % 64u == 0u) {
+    } else if ((DTYPE == TYPE_Q8_0 || DTYPE == TYPE_Q4_0) && K % 64u == 0u) {
         // Rows of whole block pairs start on a word boundary. A Q8_0 pair is 17 words: f16 d0,
         // 32 bytes shifted by 16 bits, f16 d1 (the high half of word 8), 32 aligned bytes. A
         // Q4_0 pair is 9 words laid out the same way with 16 bytes of nibbles per block.
-        let pair_words = select(17u, 9u, DTYPE == TYPE_Q4_0);
+        let q4 = DTYPE == TYPE_Q4_0;
+        let pair_words = select(17u, 9u, q4);
         let half = pair_words / 2u; // word holding d1 in its high half
         for (; k < K; k += 64u) {
-            let p = k / 64u * pair_words;
-            // Zeroed for every pair with explicit constructors: Chromium on SwiftShader keeps an
-            // uninitialised `var` declared in a loop from the previous iteration.
-            var s0 = array<array<f32, MAX_ROWS>, MAX_TOKENS>(); // block 0 sums, before d0
-            var s1 = array<array<f32, MAX_ROWS>, MAX_TOKENS>(); // block 1 sums, before d1
-            var prev: array<u32, MAX_ROWS>;
-            for (var j = 0u; j < ROWS; j++) {
-                prev[j] = w[wrow[j] / 4u + p];
-            }
-            let groups = half; // Q8_0: 8 groups of 4 bytes; Q4_0: 4 words of 2 × 4 nibbles
-            for (var g = 0u; g < groups; g++) {
-                var xa: array<vec4<f32>, MAX_TOKENS>;
-                var xb: array<vec4<f32>, MAX_TOKENS>;
-                var xc: array<vec4<f32>, MAX_TOKENS>;
-                var xd: array<vec4<f32>, MAX_TOKENS>;
-                for (var i = 0u; i < TOKENS; i++) {
-                    let kg = k + g * 4u;
-                    xa[i] = x4(xrow[i], kg);
-                    xb[i] = x4(xrow[i], kg + 32u);
-                    if (DTYPE == TYPE_Q4_0) {
-                        xc[i] = x4(xrow[i], kg + 16u);
-                        xd[i] = x4(xrow[i], kg + 48u);
-                    }
-                }
-                for (var j = 0u; j < ROWS; j++) {
-                    let next = w[wrow[j] / 4u + p + g + 1u];
-                    let q0 = (prev[j] >> 16u) | (next << 16u);
-                    let q1 = w[wrow[j] / 4u + p + half + 1u + g];
-                    prev[j] = next;
-                    if (DTYPE == TYPE_Q4_0) {
-                        let a = nibbles4(q0, false) - 8.0;
-                        let c = nibbles4(q0, true) - 8.0;
-                        let b = nibbles4(q1, false) - 8.0;
-                        let d = nibbles4(q1, true) - 8.0;
-                        for (var i = 0u; i < TOKENS; i++) {
-                            s0[i][j] += dot(xa[i], a) + dot(xc[i], c);
-                            s1[i][j] += dot(xb[i], b) + dot(xd[i], d);
-                        }
-                    } else {
-                        let a = i8x4(q0);
-                        let b = i8x4(q1);
-                        for (var i = 0u; i < TOKENS; i++) {
-                            s0[i][j] += dot(xa[i], a);
-                            s1[i][j] += dot(xb[i], b);
-                        }
-                    }
+            let ia = wa / 4u + vec4<u32>(k / 64u * pair_words);
+            let ib = wb / 4u + vec4<u32>(k / 64u * pair_words);
+            var pa = words4(ia);
+            var pb = words4(ib);
+            let d0a = f16x4(pa, false);
+            let d0b = f16x4(pb, false);
+            let d1a = f16x4(words4(ia + vec4<u32>(half)), true);
+            let d1b = f16x4(words4(ib + vec4<u32>(half)), true);
+            // Q8_0: 8 groups of 4 bytes; Q4_0: 4 words of 2 × 4 nibbles.
+            for (var g = 0u; g < half; g++) {
+                let na = words4(ia + vec4<u32>(g + 1u));
+                let nb = words4(ib + vec4<u32>(g + 1u));
+                let q0a = (pa >> vec4<u32>(16u)) | (na << vec4<u32>(16u));
+                let q0b = (pb >> vec4<u32>(16u)) | (nb << vec4<u32>(16u));
+                let q1a = words4(ia + vec4<u32>(half + 1u + g));
+                let q1b = words4(ib + vec4<u32>(half + 1u + g));
+                pa = na;
+                pb = nb;
+                let kg = k + g * 4u;
+                if (q4) {
+                    accumulate(kg, q4_0_columns(q0a, d0a, false), q4_0_columns(q0b, d0b, false));
+                    accumulate(kg + 16u, q4_0_columns(q0a, d0a, true), q4_0_columns(q0b, d0b, true));
+                    accumulate(kg + 32u, q4_0_columns(q1a, d1a, false), q4_0_columns(q1b, d1b, false));
+                    accumulate(kg + 48u, q4_0_columns(q1a, d1a, true), q4_0_columns(q1b, d1b, true));
+                } else {
+                    accumulate(kg, q8_0_columns(q0a, d0a), q8_0_columns(q0b, d0b));
+                    accumulate(kg + 32u, q8_0_columns(q1a, d1a), q8_0_columns(q1b, d1b));
                 }
             }
-            for (var j = 0u; j < ROWS; j++) {
-                let d0 = unpack2x16float(w[wrow[j] / 4u + p]).x;
-                let d1 = unpack2x16float(w[wrow[j] / 4u + p + half]).y;
-                for (var i = 0u; i < TOKENS; i++) {
-                    acc[i][j] += d0 * s0[i][j] + d1 * s1[i][j];
-                }
-            }
+        }
+    } else {
+        // Any type and row length, four weights at a time (a branch on constants: the paths
+        // above leave it out of their pipelines).
+        for (; k + 4u <= K; k += 4u) {
+            accumulate(k, columns4(wa, k), columns4(wb, k));
         }
     }
-    for (; k + 4u <= K; k += 4u) {
-        var xv: array<vec4<f32>, MAX_TOKENS>;
-        for (var i = 0u; i < TOKENS; i++) {
-            xv[i] = x4(xrow[i], k);
-        }
-        for (var j = 0u; j < ROWS; j++) {
-            let wv = weights4(wrow[j], k);
-            for (var i = 0u; i < TOKENS; i++) {
-                acc[i][j] += dot(xv[i], wv);
-            }
-        }
-    }
-    for (; k < K; k++) {
-        for (var j = 0u; j < ROWS; j++) {
-            let wv = weight1(wrow[j], k);
-            for (var i = 0u; i < TOKENS; i++) {
-                acc[i][j] += wv * x1(xrow[i], k);
-            }
+    if (K % 4u != 0u) {
+        // A row length that is not a multiple of 4 (F32 or F16): one column at a time.
+        for (; k < K; k++) {
+            let ca = vec4<f32>(weight1(wa.x, k), weight1(wa.y, k), weight1(wa.z, k), weight1(wa.w, k));
+            let cb = vec4<f32>(weight1(wb.x, k), weight1(wb.y, k), weight1(wb.z, k), weight1(wb.w, k));
+            let xs = vec4<f32>(x[xrow.x + k], x[xrow.y + k], x[xrow.z + k], x[xrow.w + k]);
+            let v = xs * norm4(k).x;
+            sum_sq += xs * xs;
+            a0 += v.x * ca;
+            b0 += v.x * cb;
+            a1 += v.y * ca;
+            b1 += v.y * cb;
+            a2 += v.z * ca;
+            b2 += v.z * cb;
+            a3 += v.w * ca;
+            b3 += v.w * cb;
         }
     }
-    for (var i = 0u; i < TOKENS; i++) {
-        // With NORM, the row's mean square: a second walk over x, which the cache holds.
-        var sum_sq = 0.0;
-        if (NORM) {
-            for (var c = 0u; c + 4u <= K; c += 4u) {
-                let v = x4_raw(xrow[i] + c);
-                sum_sq += dot(v, v);
-            }
-            for (var c = K / 4u * 4u; c < K; c++) {
-                sum_sq += x[xrow[i] + c] * x[xrow[i] + c];
-            }
-        }
-        let scale = inv_rms(sum_sq);
-        if (GATED) {
-            for (var j = 0u; j < ROWS / 2u; j++) {
-                if (t0 + i < nt && r0 + j < N) {
-                    store(t0 + i, r0 + j, silu(acc[i][j] * scale) * (acc[i][j + ROWS / 2u] * scale));
-                }
-            }
-        } else {
-            for (var j = 0u; j < ROWS; j++) {
-                if (t0 + i < nt && r0 + j < part.rows) {
-                    store(t0 + i, r0 + j, acc[i][j] * scale);
-                }
-            }
-        }
+    store8(t0, r0, a0, b0, sum_sq.x);
+    if (TOKENS > 1u) {
+        if (t0 + 1u < nt) { store8(t0 + 1u, r0, a1, b1, sum_sq.y); }
+        if (t0 + 2u < nt) { store8(t0 + 2u, r0, a2, b2, sum_sq.z); }
+        if (t0 + 3u < nt) { store8(t0 + 3u, r0, a3, b3, sum_sq.w); }
     }
 }
 

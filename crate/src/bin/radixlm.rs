@@ -11,6 +11,7 @@ use radixlm::engine::{Engine, EngineOptions, Generation, Sequence};
 use radixlm::gguf::{GgmlType, GgufFile};
 use radixlm::gpu::context::LimitsPolicy;
 use radixlm::gpu::executor::{block_on, open};
+use radixlm::gpu::ops::KernelShapes;
 use radixlm::kv::spill::dir_store::DirStore;
 use radixlm::kv::spill::SpillFormat;
 use radixlm::model::synthetic::SyntheticSpec;
@@ -50,6 +51,19 @@ struct ModelArgs {
     /// Spill store budget in MiB (least recently used pages go first).
     #[arg(long, default_value_t = 1024)]
     spill_mib: u64,
+    /// Kernel shapes: the adapter's (CPU-shaped on CPU adapters), or one set whatever the adapter.
+    #[arg(long, value_enum, default_value_t = KernelsArg::Auto)]
+    kernels: KernelsArg,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy)]
+enum KernelsArg {
+    /// Chosen from the adapter's type.
+    Auto,
+    /// Shaped for real GPUs (the default on them).
+    Gpu,
+    /// Shaped for CPU adapters such as llvmpipe and SwiftShader.
+    Cpu,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy)]
@@ -230,7 +244,12 @@ fn load_engine(args: &ModelArgs, dir: SpillDir) -> Result<Engine, AnyError> {
         SpillArg::Q8 => SpillFormat::Q8,
         SpillArg::Q4 => SpillFormat::Q4,
     });
-    let opts = EngineOptions { kv_budget_bytes: args.kv_mib << 20, spill, spill_budget_bytes: args.spill_mib << 20, ..EngineOptions::default() };
+    let kernels = match args.kernels {
+        KernelsArg::Auto => None,
+        KernelsArg::Gpu => Some(KernelShapes::GPU),
+        KernelsArg::Cpu => Some(KernelShapes::CPU),
+    };
+    let opts = EngineOptions { kv_budget_bytes: args.kv_mib << 20, spill, spill_budget_bytes: args.spill_mib << 20, kernels, ..EngineOptions::default() };
     let mut engine = block_on(&gpu.clone(), Engine::load(gpu.clone(), &bytes, &opts))?;
     if spill.is_some() {
         let folder = match dir {

@@ -13,15 +13,15 @@ pub const KERNEL: Kernel = Kernel {
 
 /// Steps of at most this many tokens use the one-token-per-thread pipeline.
 pub const MATVEC_MAX_T: u32 = 4;
-/// Tokens and weight rows per thread of each pipeline (matmul.wgsl TOKENS, ROWS): a decode
-/// thread reuses each x value over 16 rows; a prefill thread also reuses each weight over 4
-/// tokens. Larger blocks ran up to 1.3× faster on llvmpipe but compiled several times slower
-/// (every pipeline is fully unrolled), which cost more than they saved in tests and start-up.
-const MATVEC_SHAPE: (u32, u32) = (1, 16);
-const PREFILL_SHAPE: (u32, u32) = (4, 16);
+/// Tokens per thread of `matmul_rows` (matmul.wgsl TOKENS): a prefill thread reuses each
+/// weight it dequantizes over 4 tokens.
+const MATVEC_TOKENS: u32 = 1;
+const PREFILL_TOKENS: u32 = 4;
+/// Weight rows per thread of `matmul_rows`: each activation it loads serves 8 rows.
+const ROWS_PER_THREAD: u32 = 8;
 /// Threads per workgroup (matmul.wgsl WG): small, so that even a 576-row decode product
-/// spreads over more than one workgroup (llvmpipe shares workgroups, not threads, among
-/// its CPU threads).
+/// spreads over several workgroups (CPU adapters share workgroups, not threads, among their
+/// CPU threads).
 const WG: u32 = 16;
 /// `matvec_wide`: lanes per workgroup and rows per workgroup (matmul.wgsl WIDE_WG, WIDE_ROWS).
 const WIDE_ROWS: u32 = 4;
@@ -32,7 +32,7 @@ pub enum DecodeShape {
     /// `matvec_wide`: 64 lanes split each row's weights with coalesced loads and add their sums
     /// in workgroup memory, four rows per workgroup: real GPUs, the default.
     Wide,
-    /// `matmul_rows` with one token per thread, each thread walking 16 rows: CPU adapters
+    /// `matmul_rows` with one token per thread, each thread computing 8 rows: CPU adapters
     /// (llvmpipe, SwiftShader), where every non-uniform load is a loop over the SIMD lanes.
     Rows,
 }
@@ -127,14 +127,13 @@ impl Matmul {
             Fused::Qkv(q, kv) => Some((q, kv)),
             _ => None,
         };
-        let key = |entry, (tokens, rows): (u32, u32)| {
+        let key = |entry, tokens: u32| {
             PipelineKey::new(OpKind::Matmul, entry)
                 .with("DTYPE", ty.id())
                 .with("K", k as u32)
                 .with("N", if gated { n / 2 } else { n } as u32)
                 .with("ACCUMULATE", accumulate as u32)
                 .with("TOKENS", tokens)
-                .with("ROWS", rows)
                 .with("NORM", norm_eps.is_some() as u32)
                 .with("EPS", norm_eps.unwrap_or(1e-5))
                 .with("GATED", gated as u32)
@@ -143,11 +142,12 @@ impl Matmul {
                 .with("N_KV", split.map_or(0, |s| s.1) as u32)
         };
         let matvec = match decode {
-            DecodeShape::Wide => gpu.pipeline(&KERNEL, key("matvec_wide", MATVEC_SHAPE)),
-            DecodeShape::Rows => gpu.pipeline(&KERNEL, key("matmul_rows", MATVEC_SHAPE)),
+            DecodeShape::Wide => gpu.pipeline(&KERNEL, key("matvec_wide", MATVEC_TOKENS)),
+            DecodeShape::Rows => gpu.pipeline(&KERNEL, key("matmul_rows", MATVEC_TOKENS)),
         };
+        let prefill = gpu.pipeline(&KERNEL, key("matmul_rows", PREFILL_TOKENS));
         let unused_outputs = [gpu.storage("matmul.unused_k", 4), gpu.storage("matmul.unused_v", 4)];
-        Self { ty, k, n, norm: norm_eps.is_some(), split, unused_outputs, decode, matvec, prefill: gpu.pipeline(&KERNEL, key("matmul_rows", PREFILL_SHAPE)) }
+        Self { ty, k, n, norm: norm_eps.is_some(), split, unused_outputs, decode, matvec, prefill }
     }
 
     /// Binds `step` (StepParams), `x` (T, K) f32, the weight and `y` (T, N) f32.
@@ -191,7 +191,7 @@ impl Matmul {
             return;
         }
         let decode = n_tokens <= MATVEC_MAX_T;
-        let (pipeline, (tokens, rows_per_thread)) = if decode { (&self.matvec, MATVEC_SHAPE) } else { (&self.prefill, PREFILL_SHAPE) };
+        let (pipeline, tokens) = if decode { (&self.matvec, MATVEC_TOKENS) } else { (&self.prefill, PREFILL_TOKENS) };
         pass.set_pipeline(pipeline);
         for (group, rows) in &binding.parts {
             pass.set_bind_group(0, group, &[]);
@@ -199,7 +199,7 @@ impl Matmul {
                 // Every token of the step in each workgroup; a 128k-row LM head is 32k workgroups.
                 dispatch_linear(pass, rows.div_ceil(WIDE_ROWS));
             } else {
-                pass.dispatch_workgroups(rows.div_ceil(rows_per_thread * WG), n_tokens.div_ceil(tokens), 1);
+                pass.dispatch_workgroups(rows.div_ceil(ROWS_PER_THREAD * WG), n_tokens.div_ceil(tokens), 1);
             }
         }
     }
