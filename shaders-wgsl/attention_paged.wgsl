@@ -194,18 +194,30 @@ fn lanes(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: ve
     var acc = array<vec2<f32>, MAX_D / 2u>();
     var m = NEG_BIG;
     var l = 0.0;
-    for (var p = k_begin; p < k_end; p++) {
-        let off = cache_offset(p, kh);
-        var score = 0.0;
+    // Four keys a step, so that each query and output pair read from the lane's arrays (which a
+    // compiler that does not unroll loops keeps in memory) serves four keys. Keys past the end
+    // read the last key and weigh nothing.
+    let last = k_end - 1u;
+    for (var p = k_begin; p < k_end; p += 4u) {
+        let off = vec4<u32>(cache_offset(p, kh), cache_offset(min(p + 1u, last), kh), cache_offset(min(p + 2u, last), kh), cache_offset(min(p + 3u, last), kh));
+        var score = vec4<f32>();
         for (var i = 0u; i < half_d; i++) {
-            score += dot(unpack2x16float(k_cache[off + i]), qv[i]);
+            let qi = qv[i];
+            score += vec4<f32>(
+                dot(unpack2x16float(k_cache[off.x + i]), qi),
+                dot(unpack2x16float(k_cache[off.y + i]), qi),
+                dot(unpack2x16float(k_cache[off.z + i]), qi),
+                dot(unpack2x16float(k_cache[off.w + i]), qi)
+            );
         }
-        let m_new = max(m, score);
+        score = select(vec4<f32>(NEG_BIG), score, vec4<u32>(p) + vec4<u32>(0u, 1u, 2u, 3u) <= vec4<u32>(last));
+        let m_new = max(m, max(max(score.x, score.y), max(score.z, score.w)));
         let c = exp(m - m_new);
-        let w = exp(score - m_new);
-        l = l * c + w;
+        let w = exp(score - vec4<f32>(m_new));
+        l = l * c + (w.x + w.y + w.z + w.w);
         for (var i = 0u; i < half_d; i++) {
-            acc[i] = acc[i] * c + w * unpack2x16float(v_cache[off + i]);
+            acc[i] = acc[i] * c + w.x * unpack2x16float(v_cache[off.x + i]) + w.y * unpack2x16float(v_cache[off.y + i])
+                + w.z * unpack2x16float(v_cache[off.z + i]) + w.w * unpack2x16float(v_cache[off.w + i]);
         }
         m = m_new;
     }
