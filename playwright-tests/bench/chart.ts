@@ -1,10 +1,13 @@
-// A line chart of TTFT against prefix length, as a standalone SVG (no dependencies): one line per
-// engine and path. The y axis is logarithmic: cold and warm differ by orders of magnitude.
+// A chart of TTFT against prompt or prefix length, as a standalone SVG (no dependencies): one
+// series per engine and path (or scenario). The y axis is logarithmic: cold and warm differ by
+// orders of magnitude.
 
 export interface Series {
   name: string;
   color: string;
   dashed?: boolean;
+  /** Points only (requests of a scenario), hollow for the peer. */
+  markers?: "filled" | "hollow";
   /** [prefix tokens, TTFT ms], in increasing prefix order. */
   points: Array<[number, number]>;
 }
@@ -15,7 +18,7 @@ const M = { left: 70, right: 190, top: 40, bottom: 50 };
 
 const esc = (s: string) => s.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
 
-export function ttftChart(title: string, series: Series[]): string {
+export function ttftChart(title: string, series: Series[], xLabel = "prefix tokens"): string {
   const xs = series.flatMap((s) => s.points.map((p) => p[0]));
   const ys = series.flatMap((s) => s.points.map((p) => p[1])).filter((y) => y > 0);
   const [x0, x1] = [Math.min(...xs), Math.max(...xs)];
@@ -32,18 +35,26 @@ export function ttftChart(title: string, series: Series[]): string {
     const label = 10 ** e >= 1000 ? `${10 ** (e - 3)} s` : `${10 ** e} ms`;
     out.push(`<line x1="${M.left}" x2="${W - M.right}" y1="${y}" y2="${y}" stroke="#e3e6ea"/>`, `<text x="${M.left - 8}" y="${y + 4}" text-anchor="end" fill="#5d6470">${label}</text>`);
   }
-  for (const x of [...new Set(xs)].sort((a, b) => a - b)) {
+  // Every x of a few lengths, or about eight round ticks for a scatter of prompt lengths.
+  const distinct = [...new Set(xs)].sort((a, b) => a - b);
+  const step = 10 ** Math.floor(Math.log10(Math.max(1, (x1 - x0) / 8)));
+  const ticks = distinct.length <= 8 ? distinct : Array.from({ length: Math.floor(x1 / step) - Math.ceil(x0 / step) + 1 }, (_, i) => (Math.ceil(x0 / step) + i) * step);
+  for (const x of ticks.length > 12 ? ticks.filter((_, i) => i % Math.ceil(ticks.length / 8) === 0) : ticks) {
     out.push(`<line x1="${px(x)}" x2="${px(x)}" y1="${M.top}" y2="${H - M.bottom}" stroke="#f0f2f4"/>`, `<text x="${px(x)}" y="${H - M.bottom + 18}" text-anchor="middle" fill="#5d6470">${x}</text>`);
   }
-  out.push(`<text x="${(M.left + W - M.right) / 2}" y="${H - 12}" text-anchor="middle">prefix tokens</text>`);
+  out.push(`<text x="${(M.left + W - M.right) / 2}" y="${H - 12}" text-anchor="middle">${esc(xLabel)}</text>`);
   out.push(`<text x="16" y="${(M.top + H - M.bottom) / 2}" transform="rotate(-90 16 ${(M.top + H - M.bottom) / 2})" text-anchor="middle">time to first token</text>`);
   series.forEach((s, i) => {
     const pts = s.points.filter((p) => p[1] > 0);
     const dash = s.dashed ? ` stroke-dasharray="6 4"` : "";
-    out.push(`<polyline fill="none" stroke="${s.color}" stroke-width="2.5"${dash} points="${pts.map(([x, y]) => `${px(x).toFixed(1)},${py(y).toFixed(1)}`).join(" ")}"/>`);
-    for (const [x, y] of pts) out.push(`<circle cx="${px(x).toFixed(1)}" cy="${py(y).toFixed(1)}" r="3.5" fill="${s.color}"/>`);
+    const dot = s.markers === "hollow" ? `fill="#ffffff" stroke="${s.color}" stroke-width="2"` : `fill="${s.color}"`;
+    if (!s.markers) out.push(`<polyline fill="none" stroke="${s.color}" stroke-width="2.5"${dash} points="${pts.map(([x, y]) => `${px(x).toFixed(1)},${py(y).toFixed(1)}`).join(" ")}"/>`);
+    for (const [x, y] of pts) out.push(`<circle cx="${px(x).toFixed(1)}" cy="${py(y).toFixed(1)}" r="${s.markers ? 4.5 : 3.5}" ${dot}/>`);
     const ly = M.top + 10 + i * 22;
-    out.push(`<line x1="${W - M.right + 16}" x2="${W - M.right + 44}" y1="${ly}" y2="${ly}" stroke="${s.color}" stroke-width="2.5"${dash}/>`, `<text x="${W - M.right + 50}" y="${ly + 4}">${esc(s.name)}</text>`);
+    const key = s.markers
+      ? `<circle cx="${W - M.right + 30}" cy="${ly}" r="4.5" ${dot}/>`
+      : `<line x1="${W - M.right + 16}" x2="${W - M.right + 44}" y1="${ly}" y2="${ly}" stroke="${s.color}" stroke-width="2.5"${dash}/>`;
+    out.push(key, `<text x="${W - M.right + 50}" y="${ly + 4}">${esc(s.name)}</text>`);
   });
   out.push("</svg>");
   return out.join("\n") + "\n";

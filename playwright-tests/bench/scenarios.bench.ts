@@ -14,6 +14,7 @@ import { writeFileSync } from "node:fs";
 import path from "node:path";
 import { expect, test, type BrowserContext } from "@playwright/test";
 import { describe, RadixlmEngine, runEnvironment, WllamaEngine, type BenchEngine, type Message, type Run } from "./engines";
+import { ttftChart, type Series } from "./chart";
 import { benchSize, PROTOCOL, resultsDir } from "./protocol";
 
 /** A second document, unlike the protocol's filler from its first words. */
@@ -168,5 +169,19 @@ test("scenarios: follow-up, switching, shared system prompt, after a reload — 
   const name = smoke ? "scenarios-smoke" : "scenarios";
   writeFileSync(path.join(out, `${name}.json`), JSON.stringify({ benchmark: "scenarios", size: smoke ? "smoke" : "full", ...env, docTokens, replyTokens: REPLY_TOKENS, scenarios }, null, 2) + "\n");
   writeFileSync(path.join(out, `${name}.md`), table);
+  // Each request's TTFT against its prompt length; a scenario with a failed control is left out.
+  const colors = ["#2457c5", "#1b9e5a", "#8e44ad", "#c0392b"];
+  const series: Series[] = scenarios
+    .filter((s) => s.failedControl === null)
+    .flatMap((s, i): Series[] => {
+      const points = (runs: Request[]) => runs.map((r): [number, number] => [r.promptTokens, r.ttftMs]).sort((a, b) => a[0] - b[0]);
+      const color = colors[i % colors.length] as string;
+      const label = s.name.slice(0, 3);
+      return [
+        { name: `radixlm ${label}`, color, markers: "filled", points: points(s.radixlm) },
+        { name: `wllama ${label}`, color, markers: "hollow", points: points(s.wllama) },
+      ];
+    });
+  writeFileSync(path.join(out, `${name}.svg`), ttftChart(`TTFT per request, ${env.model}, ${env.adapter}`, series, "prompt tokens"));
   for (const s of scenarios) expect(s.failedControl, s.name).toBeNull();
 });
