@@ -101,6 +101,8 @@ impl fmt::Display for ThroughputReport {
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ProfileReport {
     pub device: String,
+    /// Prompt tokens reused from the cache; `prefill_tokens` were computed after them.
+    pub reused_tokens: usize,
     pub prefill_tokens: usize,
     pub decode_tokens: usize,
     pub n_layers: usize,
@@ -123,15 +125,23 @@ pub struct ProfileRow {
     pub prefill_ms: f64,
 }
 
-pub async fn profile(engine: &mut Engine, prefill_tokens: usize, decode_tokens: usize) -> Result<ProfileReport, EngineError> {
-    let prompt = prompt_of_len(engine, prefill_tokens)?;
+/// With `cached_tokens`, the prompt's first `cached_tokens` are prefilled (and cached) before
+/// the profiled run, which then computes only the rest over the cached pages: the warm path.
+pub async fn profile(engine: &mut Engine, cached_tokens: usize, prefill_tokens: usize, decode_tokens: usize) -> Result<ProfileReport, EngineError> {
+    let prompt = prompt_of_len(engine, cached_tokens + prefill_tokens)?;
     let params = SamplingParams { ignore_eos: true, ..SamplingParams::greedy(decode_tokens) };
     engine.clear_cache();
+    if cached_tokens > 0 {
+        let mut seq = Sequence::default();
+        let r = engine.logits(&mut seq, &prompt[..cached_tokens]).await;
+        engine.release(&mut seq);
+        r?;
+    }
     engine.profile(true)?;
     let mut seq = Sequence::default();
     let mut req = engine.start(&mut seq, &prompt, &params)?;
     // Bytes read back from the first token on: the decode steps' traffic.
-    let (mut tokens, mut bytes_from) = (0usize, 0u64);
+    let (mut tokens, mut bytes_from, mut reused_tokens) = (0usize, 0u64, 0usize);
     let result = loop {
         match engine.step(&mut req).await {
             Ok(crate::engine::Step::Token { .. }) => {
@@ -141,7 +151,10 @@ pub async fn profile(engine: &mut Engine, prefill_tokens: usize, decode_tokens: 
                 }
             }
             Ok(crate::engine::Step::Prefill { .. }) => {}
-            Ok(crate::engine::Step::Done { .. }) => break Ok(()),
+            Ok(crate::engine::Step::Done { generation, .. }) => {
+                reused_tokens = generation.stats.reused_tokens;
+                break Ok(());
+            }
             Err(e) => break Err(e),
         }
     };
@@ -184,7 +197,8 @@ pub async fn profile(engine: &mut Engine, prefill_tokens: usize, decode_tokens: 
     }
     Ok(ProfileReport {
         device: format!("{} ({:?})", engine.gpu.info.name, engine.gpu.info.backend),
-        prefill_tokens: prompt.len(),
+        reused_tokens,
+        prefill_tokens: prompt.len() - reused_tokens,
         decode_tokens: tokens,
         n_layers,
         decode_gpu_us_per_token: rows.iter().map(|r| r.decode_us_per_token).sum(),
@@ -198,7 +212,8 @@ pub async fn profile(engine: &mut Engine, prefill_tokens: usize, decode_tokens: 
 
 impl fmt::Display for ProfileReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "profile on {}: a {}-token prompt, then {} greedy tokens; each op in its own timestamped pass", self.device, self.prefill_tokens, self.decode_tokens)?;
+        let cached = if self.reused_tokens > 0 { format!(" over {} cached", self.reused_tokens) } else { String::new() };
+        writeln!(f, "profile on {}: {} prompt tokens computed{cached}, then {} greedy tokens; each op in its own timestamped pass", self.device, self.prefill_tokens, self.decode_tokens)?;
         writeln!(
             f,
             "per decoded token: {:.0} dispatches ({:.1} per layer × {} layers, the rest once), {:.0} bytes read back, {:.0} µs of GPU time",

@@ -265,11 +265,14 @@ export async function runEnvironment(context: BrowserContext): Promise<RunEnviro
   };
 }
 
-/** The commit the run was made at ("+ changes" when the tree differs from it). */
+/**
+ * The commit the run was made at ("+ changes" when the tree differs from it, not counting the
+ * results folder, which a full run rewrites as it goes).
+ */
 function gitCommit(): string {
   try {
     const head = execFileSync("git", ["rev-parse", "--short", "HEAD"], { encoding: "utf8" }).trim();
-    const dirty = execFileSync("git", ["status", "--porcelain", "--untracked-files=no"], { encoding: "utf8" }).trim() !== "";
+    const dirty = execFileSync("git", ["status", "--porcelain", "--untracked-files=no", "--", ":/", ":(top,exclude)playwright-tests/results"], { encoding: "utf8" }).trim() !== "";
     return dirty ? `${head} + changes` : head;
   } catch {
     return "unknown";

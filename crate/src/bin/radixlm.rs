@@ -201,6 +201,10 @@ enum Bench {
         /// back per decoded token.
         #[arg(long)]
         profile: bool,
+        /// With --profile: a prefix of this many tokens cached first, so the profiled run
+        /// computes its --prefill-tokens over it (the warm path).
+        #[arg(long, default_value_t = 0, requires = "profile")]
+        cached_tokens: usize,
     },
     /// TTFT with and without a cached prefix, with correctness controls (exits non-zero if one fails).
     Prefix {
@@ -340,7 +344,7 @@ fn run(cli: Cli) -> Result<(), AnyError> {
             }
         }
         Command::Chat { model, system, sampling } => chat(&model, system, &sampling.params()),
-        Command::Bench { which: Bench::Throughput { model, prefill_tokens, decode_tokens, repeats, profile } } => {
+        Command::Bench { which: Bench::Throughput { model, prefill_tokens, decode_tokens, repeats, profile, cached_tokens } } => {
             // Every repeat must prefill its whole prompt: no spill tier to restore it from.
             let mut engine = load_engine(&ModelArgs { no_spill: true, ..model }, SpillDir::Scratch)?;
             let gpu = engine.gpu.clone();
@@ -348,7 +352,7 @@ fn run(cli: Cli) -> Result<(), AnyError> {
             println!("{report}");
             println!("{}", serde_json::to_string(&report)?);
             if profile {
-                let profile = block_on(&gpu, radixlm::bench::profile(&mut engine, prefill_tokens, decode_tokens))?;
+                let profile = block_on(&gpu, radixlm::bench::profile(&mut engine, cached_tokens, prefill_tokens, decode_tokens))?;
                 println!("{profile}");
                 println!("{}", serde_json::to_string(&profile)?);
             }
