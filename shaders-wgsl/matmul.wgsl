@@ -141,14 +141,18 @@ fn norm4(k: u32) -> vec4<f32> {
 fn accumulate(k: u32, ca: mat4x4<f32>, cb: mat4x4<f32>) {
     let n = norm4(k);
     let x0 = x4_raw(xrow.x + k);
-    sum_sq.x += dot(x0, x0);
+    if (NORM) {
+        sum_sq.x += dot(x0, x0);
+    }
     a0 += (x0 * n) * ca;
     b0 += (x0 * n) * cb;
     if (TOKENS > 1u) {
         let x1 = x4_raw(xrow.y + k);
         let x2 = x4_raw(xrow.z + k);
         let x3 = x4_raw(xrow.w + k);
-        sum_sq += vec4<f32>(0.0, dot(x1, x1), dot(x2, x2), dot(x3, x3));
+        if (NORM) {
+            sum_sq += vec4<f32>(0.0, dot(x1, x1), dot(x2, x2), dot(x3, x3));
+        }
         a1 += (x1 * n) * ca;
         b1 += (x1 * n) * cb;
         a2 += (x2 * n) * ca;
@@ -306,7 +310,9 @@ fn matmul_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
             let cb = vec4<f32>(weight1(wb.x, k), weight1(wb.y, k), weight1(wb.z, k), weight1(wb.w, k));
             let xs = vec4<f32>(x[xrow.x + k], x[xrow.y + k], x[xrow.z + k], x[xrow.w + k]);
             let v = xs * norm4(k).x;
-            sum_sq += xs * xs;
+            if (NORM) {
+                sum_sq += xs * xs;
+            }
             a0 += v.x * ca;
             b0 += v.x * cb;
             a1 += v.y * ca;

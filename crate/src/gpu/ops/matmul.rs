@@ -37,7 +37,6 @@ pub enum DecodeShape {
     Rows,
 }
 
-
 /// x (T, K) f32 · w (N rows of K, any supported type)ᵀ → y (T, N) f32.
 pub struct Matmul {
     ty: GgmlType,
