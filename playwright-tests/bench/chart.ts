@@ -35,10 +35,12 @@ export function ttftChart(title: string, series: Series[], xLabel = "prefix toke
     const label = 10 ** e >= 1000 ? `${10 ** (e - 3)} s` : `${10 ** e} ms`;
     out.push(`<line x1="${M.left}" x2="${W - M.right}" y1="${y}" y2="${y}" stroke="#e3e6ea"/>`, `<text x="${M.left - 8}" y="${y + 4}" text-anchor="end" fill="#5d6470">${label}</text>`);
   }
-  // Every x of a few lengths, or about eight round ticks for a scatter of prompt lengths.
+  // Every x of a few well-spaced lengths, or about eight round ticks for a scatter of prompt
+  // lengths (whose labels would overlap).
   const distinct = [...new Set(xs)].sort((a, b) => a - b);
+  const spaced = distinct.length <= 8 && distinct.every((x, i) => i === 0 || x - (distinct[i - 1] as number) >= (x1 - x0) / 10);
   const step = 10 ** Math.floor(Math.log10(Math.max(1, (x1 - x0) / 8)));
-  const ticks = distinct.length <= 8 ? distinct : Array.from({ length: Math.floor(x1 / step) - Math.ceil(x0 / step) + 1 }, (_, i) => (Math.ceil(x0 / step) + i) * step);
+  const ticks = spaced ? distinct : Array.from({ length: Math.floor(x1 / step) - Math.ceil(x0 / step) + 1 }, (_, i) => (Math.ceil(x0 / step) + i) * step);
   for (const x of ticks.length > 12 ? ticks.filter((_, i) => i % Math.ceil(ticks.length / 8) === 0) : ticks) {
     out.push(`<line x1="${px(x)}" x2="${px(x)}" y1="${M.top}" y2="${H - M.bottom}" stroke="#f0f2f4"/>`, `<text x="${px(x)}" y="${H - M.bottom + 18}" text-anchor="middle" fill="#5d6470">${x}</text>`);
   }
