@@ -12,9 +12,12 @@ override TOKENS: u32 = 1u;         // matmul_rows: tokens per thread, 1 or 4 (gp
 override NORM: bool = false;       // y = rmsnorm(x) · wᵀ: x's rows RMS-normalised and scaled by norm_w first
 override EPS: f32 = 1e-5;          // with NORM: added to the mean square
 override GATED: bool = false;      // the FFN's gate and up: y = silu(x·gateᵀ) ⊙ (x·upᵀ), see below
-override SPLIT_QKV: bool = false;  // attention's q, k, v from one weight: rows to y, y_k, y_v
-override N_Q: u32 = 0u;            // with SPLIT_QKV: q's rows (then N_KV of k, N_KV of v)
+override ATTN_IN: bool = false;    // attention's input: q, k, v rows with RoPE and the KV write, see below
+override N_Q: u32 = 0u;            // with ATTN_IN: q's rows of the whole q/k/v weight (then N_KV of k, N_KV of v)
 override N_KV: u32 = 0u;
+override QKV_FIRST: u32 = 0u;      // with ATTN_IN: the whole q/k/v weight's row this weight starts at
+override HEAD_DIM: u32 = 64u;      // with ATTN_IN: RoPE pairs within heads of this many rows
+override PAGE: u32 = 16u;          // with ATTN_IN: tokens per KV page
 
 @group(0) @binding(0) var<uniform> params: StepParams;
 @group(0) @binding(1) var<uniform> part: Part;
@@ -22,8 +25,16 @@ override N_KV: u32 = 0u;
 @group(0) @binding(3) var<storage, read> w: array<u32>;       // (part.rows, row_bytes(K)) GGUF blocks
 @group(0) @binding(4) var<storage, read_write> y: array<f32>; // (T, N)
 @group(0) @binding(5) var<storage, read> norm_w: array<f32>;  // (K) with NORM, else unused
-@group(0) @binding(6) var<storage, read_write> y_k: array<f32>; // (T, N_KV) with SPLIT_QKV, else unused
-@group(0) @binding(7) var<storage, read_write> y_v: array<f32>; // (T, N_KV) with SPLIT_QKV, else unused
+// With ATTN_IN, else unused: the sequence's page table and this layer's f16 caches.
+@group(0) @binding(6) var<storage, read> page_table: array<u32>;    // (pages of the sequence) page ids
+@group(0) @binding(7) var<storage, read_write> k_cache: array<u32>; // (pages, PAGE, N_KV / 2) f16 pairs
+@group(0) @binding(8) var<storage, read_write> v_cache: array<u32>; // (pages, PAGE, N_KV / 2) f16 pairs
+@group(0) @binding(9) var<uniform> rope_freqs: RopeFreqs;
+
+/// RoPE's angle per position for each pair i of a head, (i / 4, i % 4): gpu/ops/matmul.rs.
+struct RopeFreqs {
+    f: array<vec4<f32>, 32>, // HEAD_DIM / 2 <= 128
+}
 
 // RMSNorm as this product's prologue: rmsnorm(x)·wᵀ = ((x ⊙ norm_w)·wᵀ) / rms(x), so the
 // activations are scaled by norm_w as they are read and each output by 1/rms(x) at the end;
@@ -36,11 +47,7 @@ fn x4_raw(at: u32) -> vec4<f32> {
 
 /// Activations k .. k + 3 of the row starting at `row`, times norm_w with NORM.
 fn x4(row: u32, k: u32) -> vec4<f32> {
-    let v = x4_raw(row + k);
-    if (NORM) {
-        return v * vec4<f32>(norm_w[k], norm_w[k + 1u], norm_w[k + 2u], norm_w[k + 3u]);
-    }
-    return v;
+    return x4_raw(row + k) * norm4(k);
 }
 
 /// Activation k of the row starting at `row`, times norm_w[k] with NORM.
@@ -88,23 +95,67 @@ fn weight_word(i: u32) -> u32 {
 }
 
 fn store(t: u32, r: u32, v: f32) {
-    if (SPLIT_QKV) {
-        // One part (the loader keeps a split weight whole): r is the weight's row.
-        if (r < N_Q) {
-            y[t * N_Q + r] = v;
-        } else if (r < N_Q + N_KV) {
-            y_k[t * N_KV + r - N_Q] = v;
-        } else {
-            y_v[t * N_KV + r - N_Q - N_KV] = v;
-        }
-        return;
-    }
     let i = t * N + part.first_row + r;
     if (ACCUMULATE) {
         y[i] += v;
     } else {
         y[i] = v;
     }
+}
+
+// ATTN_IN: the rows of the whole q/k/v weight are q's N_Q (heads of HEAD_DIM), k's N_KV, then
+// v's N_KV; this product's weight (all of it, or q, k or v alone) starts at row QKV_FIRST. Its
+// epilogue rotates q and k by RoPE (llama.cpp's "normal" mode: the adjacent rows 2i, 2i + 1 of
+// a head turn by pos · rope_freqs[i]), writes q to y (T, N_Q) and k and v as f16
+// pairs to slot pos % PAGE of page page_table[pos / PAGE], pos = start_pos + t. A thread (or
+// workgroup) always holds both rows of a pair: its rows start even and weight parts hold
+// whole pairs.
+
+/// (a, b) turned by pos · rope_freqs[i].
+fn rope(v: vec2<f32>, pos: u32, i: u32) -> vec2<f32> {
+    let sc = sin_cos(f32(pos) * rope_freqs.f[i / 4u][i % 4u]);
+    return vec2<f32>(v.x * sc.y - v.y * sc.x, v.x * sc.x + v.y * sc.y);
+}
+
+/// (sin x, cos x) to a few f32 ulps for |x| below ~5·10^4 (positions to ~50k): WGSL bounds the
+/// builtins' error only absolutely, by 2^-11 on [-π, π], and SwiftShader's are that coarse.
+/// Cephes' sinf/cosf: x less the nearest multiple j of π/2 (Cody–Waite: π/2 in three parts, the
+/// first two short enough that j times them is exact), polynomials on [-π/4, π/4], then the
+/// quadrant j mod 4 picks and signs them.
+fn sin_cos(x: f32) -> vec2<f32> {
+    let j = round(x * 0.636619772);
+    let y = ((x - j * 1.5703125) - j * 4.8375129699707031e-4) - j * 7.5497899548918821e-8;
+    let z = y * y;
+    let s = ((-1.9515295891e-4 * z + 8.3321608736e-3) * z - 1.6666654611e-1) * z * y + y;
+    let c = ((2.443315711809948e-5 * z - 1.388731625493765e-3) * z + 4.166664568298827e-2) * z * z - 0.5 * z + 1.0;
+    let q = u32(i32(j) & 3);
+    let odd = (q & 1u) == 1u;
+    let sv = select(s, c, odd);
+    let cv = select(c, s, odd);
+    return vec2<f32>(select(sv, -sv, q >= 2u), select(cv, -cv, q == 1u || q == 2u));
+}
+
+/// Token t's rows r, r + 1 (r even) of this part, as the ATTN_IN epilogue says.
+fn store_attention_pair(t: u32, r: u32, v: vec2<f32>) {
+    let row = QKV_FIRST + part.first_row + r;
+    let pos = params.start_pos + t;
+    if (row >= N_Q + N_KV) {
+        v_cache[kv_slot(pos) + (row - N_Q - N_KV) / 2u] = pack2x16float(v);
+        return;
+    }
+    // N_Q is whole heads: row % HEAD_DIM is the row within its head for q and k alike.
+    let turned = rope(v, pos, row % HEAD_DIM / 2u);
+    if (row < N_Q) {
+        y[t * N_Q + row] = turned.x;
+        y[t * N_Q + row + 1u] = turned.y;
+    } else {
+        k_cache[kv_slot(pos) + (row - N_Q) / 2u] = pack2x16float(turned);
+    }
+}
+
+/// The first word of position pos in a KV cache.
+fn kv_slot(pos: u32) -> u32 {
+    return (page_table[pos / PAGE] * PAGE + pos % PAGE) * (N_KV / 2u);
 }
 
 const MAX_TOKENS: u32 = 4u;
@@ -202,6 +253,14 @@ fn silu4(g: vec4<f32>) -> vec4<f32> {
 /// Stores token t's eight sums (GATED: the gate's four in `a`, up's in `b`) from output row r0.
 fn store8(t: u32, r0: u32, a: vec4<f32>, b: vec4<f32>, ss: f32) {
     let s = inv_rms(ss);
+    if (ATTN_IN) {
+        // r0 is a multiple of 8 and part.rows even: both rows of each pair or neither.
+        if (r0 < part.rows) { store_attention_pair(t, r0, a.xy * s); }
+        if (r0 + 2u < part.rows) { store_attention_pair(t, r0 + 2u, a.zw * s); }
+        if (r0 + 4u < part.rows) { store_attention_pair(t, r0 + 4u, b.xy * s); }
+        if (r0 + 6u < part.rows) { store_attention_pair(t, r0 + 6u, b.zw * s); }
+        return;
+    }
     if (GATED) {
         let y4 = silu4(a * s) * (b * s);
         for (var j = 0u; j < 4u; j++) {
@@ -401,6 +460,17 @@ fn matvec_wide(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
             }
         }
         workgroupBarrier();
+    }
+    if (ATTN_IN) {
+        // Lane l stores token l / 2's rows r0 + 2(l % 2) and the one after (WIDE_ROWS = 4).
+        let i = lid / 2u;
+        let j = lid % 2u * 2u;
+        if (i < nt && r0 + j < part.rows) {
+            let scale = inv_rms(lane_sums[(MAX_TOKENS * WIDE_ROWS + i) * WIDE_WG]);
+            let pair = vec2<f32>(lane_sums[(i * WIDE_ROWS + j) * WIDE_WG], lane_sums[(i * WIDE_ROWS + j + 1u) * WIDE_WG]);
+            store_attention_pair(i, r0 + j, pair * scale);
+        }
+        return;
     }
     let per = outputs_per_block(WIDE_ROWS);
     if (lid < nt * per) {

@@ -26,15 +26,6 @@ var<workgroup> first_v: array<f32, WG>;
 var<workgroup> first_i: array<u32, WG>;
 var<workgroup> second_v: array<f32, WG>;
 
-fn is_banned(i: u32) -> bool {
-    for (var b = 0u; b < params.n_banned; b++) {
-        if (banned[b] == i) {
-            return true;
-        }
-    }
-    return false;
-}
-
 @compute @workgroup_size(WG)
 fn main(@builtin(local_invocation_index) lid: u32) {
     var v1 = NEG_BIG;
@@ -42,7 +33,7 @@ fn main(@builtin(local_invocation_index) lid: u32) {
     var v2 = NEG_BIG;
     for (var i = lid; i < V; i += WG) {
         let l = logits[i];
-        if (is_banned(i)) {
+        if (is_banned(i, params.n_banned)) {
             continue;
         }
         // Each lane sees its indices in increasing order: a later equal value is only a runner-up.

@@ -27,15 +27,6 @@ const NEG_BIG: f32 = -3.40282346e38; // stands for -inf: Chromium's WGSL compile
 var<workgroup> vals: array<f32, CHUNK>;
 var<workgroup> ids: array<u32, CHUNK>;
 
-fn is_banned(i: u32) -> bool {
-    for (var b = 0u; b < params.n_banned; b++) {
-        if (banned[b] == i) {
-            return true;
-        }
-    }
-    return false;
-}
-
 // Whether candidate a goes before candidate b: a larger logit, or the same and a lower id.
 // NaN sorts as the lowest value.
 fn before(va: f32, ia: u32, vb: f32, ib: u32) -> bool {
@@ -53,7 +44,7 @@ fn select_top(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
         var id = NONE;
         if (i < params.n_in) {
             if (params.from_logits == 1u) {
-                if (!is_banned(i)) {
+                if (!is_banned(i, params.n_banned)) {
                     v = logits[i];
                     id = i;
                 }

@@ -174,28 +174,74 @@ fn gated_matmul_is_silu_of_the_gate_times_up() {
     }
 }
 
+/// A shuffled page table of `n_pages` page ids from a pool of 2·n_pages + 1, and the pool size.
+fn shuffled_pages(rng: &mut SplitMix64, n_pages: usize) -> (Vec<u32>, usize) {
+    let pool = 2 * n_pages + 1;
+    let mut ids: Vec<u32> = (0..pool as u32).collect();
+    for i in (1..ids.len()).rev() {
+        ids.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
+    }
+    ids.truncate(n_pages);
+    (ids, pool)
+}
+
+/// Positions 0..len of a paged f16 cache as f32 (len, kvd): each position from its page slot.
+fn read_cache(gpu: &Gpu, cache: &wgpu::Buffer, page_table: &[u32], page: usize, kvd: usize, len: usize) -> Vec<f32> {
+    let words = block_on(gpu, radixlm::gpu::readback::read_u32(gpu, cache, 0, cache.size() / 4)).unwrap();
+    let mut out = Vec::with_capacity(len * kvd);
+    for p in 0..len {
+        let base = (page_table[p / page] as usize * page + p % page) * kvd / 2;
+        for &w in &words[base..base + kvd / 2] {
+            out.extend([w as u16, (w >> 16) as u16].map(|x| half::f16::from_bits(x).to_f32()));
+        }
+    }
+    out
+}
+
 #[test]
-fn qkv_matmul_writes_each_projection_to_its_own_buffer() {
+fn attention_input_rotates_q_and_k_into_the_kv_pages() {
     let mut rng = SplitMix64(14);
     let gpu = gpu(LimitsPolicy::Adapter);
+    // 3 query heads over 1 KV head of 32 (a GQA group of 3), pages of 16 tokens.
+    let (h, hkv, d, page, base) = (3, 1, 32, 16, 10000.0);
+    let (nq, nkv) = (h * d, hkv * d);
     for ty in TYPES {
-        let (k, nq, nkv) = (if ty.block_len() == 1 { 257 } else { 288 }, 37, 21);
+        let k = if ty.block_len() == 1 { 257 } else { 288 };
         let weights: Vec<(Vec<u8>, Vec<f32>)> = [nq, nkv, nkv].iter().map(|&n| random_weight(&mut rng, ty, k, n)).collect();
-        let data: Vec<u8> = weights.iter().flat_map(|(d, _)| d.clone()).collect();
-        let gw = GpuWeight::upload(gpu, "qkv", ty, k, nq + 2 * nkv, &data).unwrap();
+        let whole: Vec<u8> = weights.iter().flat_map(|(d, _)| d.clone()).collect();
         let g: Vec<f32> = randn(&mut rng, k).iter().map(|v| 1.0 + 0.3 * v).collect();
-        for (shape, t) in [(DecodeShape::Wide, 1), (DecodeShape::Wide, 4), (DecodeShape::Rows, 2), (DecodeShape::Rows, 33)] {
+        let gb = gpu.upload("g", f32_bytes(&g));
+        for (shape, t, start) in [(DecodeShape::Wide, 1, 0), (DecodeShape::Wide, 4, 1500), (DecodeShape::Rows, 2, 17), (DecodeShape::Rows, 33, 5), (DecodeShape::Rows, 1, 1500)] {
             let x = randn(&mut rng, t * k);
-            let h = reference::rmsnorm(&x, &g, 1e-5);
-            let step = gpu.uniform("step", &StepParams::new(t as u32, 0));
-            let (xb, gb) = (gpu.upload("x", f32_bytes(&x)), gpu.upload("g", f32_bytes(&g)));
-            let outs: Vec<wgpu::Buffer> = [nq, nkv, nkv].iter().map(|&n| gpu.storage("out", (t * n * 4) as u64)).collect();
-            let op = Matmul::qkv(gpu, shape, ty, k, nq, nkv, 1e-5);
-            let b = op.bind_qkv(gpu, &step, &xb, &gb, &gw, &outs[0], &outs[1], &outs[2]);
-            run(gpu, |p| op.encode(p, &b, t as u32));
-            for (i, ((_, w), n)) in weights.iter().zip([nq, nkv, nkv]).enumerate() {
-                let want = reference::matmul(&h, w, k, n);
-                assert_close(&format!("qkv matmul {} T={t} {shape:?} output {i}", ty.name()), &read(gpu, &outs[i], t * n), &want, 1e-4);
+            let hn = reference::rmsnorm(&x, &g, 1e-5);
+            let [mut want_q, mut want_k, want_v] = [0, 1, 2].map(|i| reference::matmul(&hn, &weights[i].1, k, [nq, nkv, nkv][i]));
+            reference::rope(&mut want_q, h, d, start, base);
+            reference::rope(&mut want_k, hkv, d, start, base);
+            let (page_table, pool) = shuffled_pages(&mut rng, (start + t).div_ceil(page));
+            let ptb = gpu.upload("page_table", bytemuck::cast_slice(&page_table));
+            let step = gpu.uniform("step", &StepParams::new(t as u32, start as u32));
+            let xb = gpu.upload("x", f32_bytes(&x));
+            // One product over the whole q/k/v weight, and three over its parts.
+            let as_one = vec![(GpuWeight::upload(gpu, "qkv", ty, k, nq + 2 * nkv, &whole).unwrap(), 0)];
+            let apart = [(0, nq, 0), (1, nkv, nq), (2, nkv, nq + nkv)].map(|(i, n, first)| (GpuWeight::upload(gpu, "w", ty, k, n, &weights[i].0).unwrap(), first));
+            for (layout, products) in [("one weight", as_one), ("three weights", apart.into())] {
+                let qb = gpu.storage("q", (t * nq * 4) as u64);
+                let cache_bytes = (pool * page * nkv * 2) as u64;
+                let (kc, vc) = (gpu.storage("k_cache", cache_bytes), gpu.storage("v_cache", cache_bytes));
+                for (w, first_row) in &products {
+                    let at = AttentionInput { n_q: nq, n_kv: nkv, first_row: *first_row, head_dim: d, rope_base: base, page_size: page };
+                    let op = Matmul::attention_input(gpu, shape, ty, k, w.n, 1e-5, at);
+                    let b = op.bind_attention_input(gpu, &step, &xb, &gb, w, &qb, &ptb, [&kc, &vc]);
+                    run(gpu, |p| op.encode(p, &b, t as u32));
+                }
+                let what = |out: &str| format!("attention input {} ({layout}) T={t} start={start} {shape:?}: {out}", ty.name());
+                // The angle's f32 rounding grows with the position (as in the rope bound below);
+                // the caches add f16 rounding (2^-11 relative).
+                let tol = 2e-5 + (start + t) as f32 * 4e-8;
+                assert_close(&what("q"), &read(gpu, &qb, t * nq), &want_q, tol);
+                let cached = |c| read_cache(gpu, c, &page_table, page, nkv, start + t)[start * nkv..].to_vec();
+                assert_close(&what("k cache"), &cached(&kc), &want_k, tol + 1e-3);
+                assert_close(&what("v cache"), &cached(&vc), &want_v, 1e-4 + 1e-3);
             }
         }
     }
@@ -236,7 +282,7 @@ fn assert_elementwise(what: &str, got: &[f32], want: &[f32], rel: f32, abs: f32)
 fn every_wgsl_file_validates() {
     use wgpu::naga;
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../shaders-wgsl");
-    let shared = ["common.wgsl", "blocks.wgsl"];
+    let shared = ["common.wgsl", "blocks.wgsl", "banned.wgsl"];
     for entry in std::fs::read_dir(dir).unwrap() {
         let name = entry.unwrap().file_name().into_string().unwrap();
         assert!(shared.contains(&name.as_str()) || KERNELS.iter().any(|(f, _)| *f == name), "{name} has no dispatcher in gpu::ops::KERNELS");
@@ -300,27 +346,6 @@ fn rmsnorm_rows_and_last_row() {
                 }
             }
         }
-    }
-}
-
-#[test]
-fn rope_positions() {
-    let mut rng = SplitMix64(5);
-    let gpu = gpu(LimitsPolicy::Adapter);
-    let (h, d, base) = (3, 64, 10000.0);
-    let op = Rope::new(gpu, h, d, base);
-    for (t, start) in [(1usize, 0usize), (7, 17), (33, 5), (1, 1500)] {
-        let x = randn(&mut rng, t * h * d);
-        let mut want = x.clone();
-        reference::rope(&mut want, h, d, start, base);
-        let step = gpu.uniform("step", &StepParams::new(t as u32, start as u32));
-        let xb = gpu.upload("x", f32_bytes(&x));
-        let b = op.bind(gpu, &step, &xb);
-        run(gpu, |p| op.encode(p, &b, t as u32));
-        // The f32 angle pos·base^(-2i/D) itself is only good to an ulp or two (pow differs from
-        // powf by ulps), and an ulp of a 1000-radian angle is 6e-5: the bound grows with position.
-        let tol = 1e-5 + (start + t) as f32 * 4e-7;
-        assert_close(&format!("rope T={t} start={start}"), &read(gpu, &xb, t * h * d), &want, tol);
     }
 }
 
@@ -429,46 +454,29 @@ fn f16_round(v: &[f32]) -> Vec<f32> {
     v.iter().map(|&x| half::f16::from_f32(x).to_f32()).collect()
 }
 
-/// Writes positions 0..start through one KvStore step and start..start+t through a second,
-/// into a shuffled page table, then runs attention for the last t queries (built for batches
-/// of `max_batch`, which bounds how many key splits a step may use). Returns the splits used.
+/// Fills positions 0..start + t of a paged f16 cache (a shuffled page table) with random keys
+/// and values, then runs attention for the last t queries (built for batches of `max_batch`,
+/// which bounds how many key splits a step may use). Returns the splits used.
 #[allow(clippy::too_many_arguments)]
 fn check_kv_and_attention(gpu: &Gpu, rng: &mut SplitMix64, shape: AttentionShape, h: usize, hkv: usize, d: usize, page: usize, start: usize, t: usize, max_batch: usize) -> u32 {
     let len = start + t;
-    let n_pages = len.div_ceil(page);
-    let pool = 2 * n_pages + 1;
-    let mut ids: Vec<u32> = (0..pool as u32).collect();
-    for i in (1..ids.len()).rev() {
-        ids.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
-    }
-    let page_table = &ids[..n_pages];
+    let (page_table, pool) = shuffled_pages(rng, len.div_ceil(page));
+    let page_table = &page_table[..];
     let kvd = hkv * d;
-    let (k, v, q) = (randn(rng, len * kvd), randn(rng, len * kvd), randn(rng, t * h * d));
-    let cache_words = (pool * page * kvd / 2) as u64;
-    let (kc, vc) = (gpu.storage("k_cache", cache_words * 4), gpu.storage("v_cache", cache_words * 4));
+    let (k16, v16, q) = (f16_round(&randn(rng, len * kvd)), f16_round(&randn(rng, len * kvd)), randn(rng, t * h * d));
+    // Each position's f16 pairs at its page slot; the slots no position uses hold zeros.
+    let paged = |values: &[f32]| {
+        let mut words = vec![0u32; pool * page * kvd / 2];
+        for p in 0..len {
+            let base = (page_table[p / page] as usize * page + p % page) * kvd / 2;
+            for (i, pair) in values[p * kvd..][..kvd].chunks_exact(2).enumerate() {
+                words[base + i] = half::f16::from_f32(pair[0]).to_bits() as u32 | (half::f16::from_f32(pair[1]).to_bits() as u32) << 16;
+            }
+        }
+        gpu.upload("cache", bytemuck::cast_slice(&words))
+    };
+    let (kc, vc) = (paged(&k16), paged(&v16));
     let ptb = gpu.upload("page_table", bytemuck::cast_slice(page_table));
-    let store = KvStore::new(gpu, hkv, d, page);
-    for (first, count) in [(0, start), (start, t)] {
-        if count == 0 {
-            continue;
-        }
-        let step = gpu.uniform("step", &StepParams::new(count as u32, first as u32));
-        let kb = gpu.upload("k", f32_bytes(&k[first * kvd..][..count * kvd]));
-        let vb = gpu.upload("v", f32_bytes(&v[first * kvd..][..count * kvd]));
-        let b = store.bind(gpu, &step, &kb, &vb, &ptb, &kc, &vc);
-        run(gpu, |p| store.encode(p, &b, count as u32));
-    }
-    let (k16, v16) = (f16_round(&k), f16_round(&v));
-    // The cache holds exactly the f16-rounded values, at the slots the page table names.
-    let words = block_on(gpu, radixlm::gpu::readback::read_u32(gpu, &kc, 0, cache_words)).unwrap();
-    for p in 0..len {
-        let base = (page_table[p / page] as usize * page + p % page) * kvd / 2;
-        for i in 0..kvd / 2 {
-            let [a, b] = [words[base + i] as u16, (words[base + i] >> 16) as u16].map(|x| half::f16::from_bits(x).to_f32());
-            let want = (k16[p * kvd + 2 * i], k16[p * kvd + 2 * i + 1]);
-            assert!((a, b) == want, "kv_store pos {p} pair {i}: got {:?} want {want:?}", (a, b));
-        }
-    }
     let op = AttentionPaged::new(gpu, shape, h, hkv, d, page, max_batch);
     let step = gpu.uniform("step", &StepParams::new(t as u32, start as u32));
     let plan = op.plan(t as u32, start as u32);
@@ -486,7 +494,7 @@ fn check_kv_and_attention(gpu: &Gpu, rng: &mut SplitMix64, shape: AttentionShape
 }
 
 #[test]
-fn kv_store_and_paged_attention() {
+fn paged_attention() {
     use AttentionShape::{Lanes, Tiled};
     let mut rng = SplitMix64(8);
     for policy in [LimitsPolicy::Adapter, LimitsPolicy::WebGpuDefault] {

@@ -8,9 +8,8 @@
 
 use crate::gpu::context::Gpu;
 use crate::gpu::ops::{
-    AttentionPaged, AttentionPagedBinding, Embed, EmbedBinding, KvStore, KvStoreBinding, Matmul, MatmulBinding,
-    topk, KernelShapes, PickParams, Rope, RopeBinding, SplitParams, RmsNorm, RmsNormBinding, SiluMul, SiluMulBinding, Top2, Top2Binding, Top2Op,
-    TopKBinding, TopKOp, TOP2_BYTES, TOPK_BYTES,
+    topk, AttentionInput, AttentionPaged, AttentionPagedBinding, Embed, EmbedBinding, KernelShapes, Matmul, MatmulBinding, PickParams, RmsNorm,
+    RmsNormBinding, SiluMul, SiluMulBinding, SplitParams, Top2, Top2Binding, Top2Op, TopKBinding, TopKOp, TOP2_BYTES, TOPK_BYTES,
 };
 use crate::gpu::profile::{OpRole, Profiler, Recorder};
 use crate::gpu::readback::map_read;
@@ -21,50 +20,22 @@ use crate::model::Config;
 use super::weights::{AttnIn, FfnIn, ModelWeights};
 use super::EngineError;
 
-struct LayerPlan {
-    attn_in: AttnInPlan,
-    rope_q: RopeBinding,
-    rope_k: RopeBinding,
-    store: KvStoreBinding,
-    attn: AttentionPagedBinding,
-    o: MatmulBinding,
-    ffn_in: FfnInPlan,
-    down: MatmulBinding,
-}
-
-/// Attention's q, k, v: one product where the weights are one (`AttnIn`).
-enum AttnInOps {
-    Qkv(Matmul),
-    Apart { q: Matmul, k: Matmul, v: Matmul },
-}
-
-enum AttnInPlan {
-    Qkv(MatmulBinding),
-    Apart { q: MatmulBinding, k: MatmulBinding, v: MatmulBinding },
+/// One layer's ops, each with its bindings (pipelines are shared through the device's
+/// pipeline cache). The RMSNorms are the prologues of the q/k/v and gate/up products; RoPE and
+/// the KV-page write are the epilogue of q/k/v.
+struct Layer {
+    /// q, k and v: one product where the weights are one (`AttnIn::Qkv`), else three.
+    attn_in: Vec<(Matmul, MatmulBinding)>,
+    attn: (AttentionPaged, AttentionPagedBinding),
+    o: (Matmul, MatmulBinding),
+    ffn_in: FfnInput,
+    down: (Matmul, MatmulBinding),
 }
 
 /// The FFN's gate, up and SiLU·mul: one gated product where the weights are one (`FfnIn`).
-enum FfnInOps {
-    GateUp(Matmul),
-    Apart { gate: Matmul, up: Matmul, silu: SiluMul },
-}
-
-enum FfnInPlan {
-    GateUp(MatmulBinding),
-    Apart { gate: MatmulBinding, up: MatmulBinding, silu: SiluMulBinding },
-}
-
-/// The ops of one layer; pipelines are shared through the device's pipeline cache. The
-/// attention and FFN RMSNorms are the prologues of the q/k/v and gate/up products.
-struct LayerOps {
-    attn_in: AttnInOps,
-    rope_q: Rope,
-    rope_k: Rope,
-    store: KvStore,
-    attn: AttentionPaged,
-    o: Matmul,
-    ffn_in: FfnInOps,
-    down: Matmul,
+enum FfnInput {
+    GateUp(Matmul, MatmulBinding),
+    Apart { gate: (Matmul, MatmulBinding), up: (Matmul, MatmulBinding), silu: (SiluMul, SiluMulBinding) },
 }
 
 pub struct Forward {
@@ -88,8 +59,7 @@ pub struct Forward {
     topk: Option<(TopKOp, TopKBinding)>,
     topk_staging: wgpu::Buffer,
     embed: (Embed, EmbedBinding),
-    layer_ops: Vec<LayerOps>,
-    layers: Vec<LayerPlan>,
+    layers: Vec<Layer>,
     final_norm: (RmsNorm, RmsNormBinding),
     lm_head: (Matmul, MatmulBinding),
     top2: (Top2Op, Top2Binding),
@@ -123,7 +93,7 @@ impl Forward {
         max_pages: usize,
         banned: &[u32],
     ) -> Result<Self, EngineError> {
-        let (t, c, f, kvd) = (max_batch as u64, cfg.n_embd as u64, cfg.n_ff as u64, cfg.kv_dim() as u64);
+        let (t, c, f) = (max_batch as u64, cfg.n_embd as u64, cfg.n_ff as u64);
         let act = |name: &str, cols: u64| gpu.storage(name, t * cols * 4);
         let step = gpu.uniform("step", &StepParams::default());
         let step_last = gpu.uniform("step.last", &StepParams::default());
@@ -131,9 +101,7 @@ impl Forward {
         let page_table = gpu.storage("page_table", max_pages as u64 * 4);
         let split = gpu.uniform("attention.split", &SplitParams::default());
         let x = act("x", c); // (T, C) the residual stream
-        let q = act("q", c); // (T, H·D)
-        let k = act("k", kvd); // (T, Hkv·D)
-        let v = act("v", kvd); // (T, Hkv·D)
+        let q = act("q", c); // (T, H·D), rotated
         let att = act("att", c); // (T, H·D)
         let ffn = act("ffn", f); // (T, F)
         // Gate and up outputs apart, only for layers whose weights are apart.
@@ -149,63 +117,60 @@ impl Forward {
         let (nh, nkv, d, ps) = (cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, pool.page_size);
         let embed_op = Embed::new(gpu, w.token_embd.ty, cfg.n_embd);
         let embed_b = embed_op.bind(gpu, &step, &ids, &w.token_embd, &x);
-        let mut layer_ops = Vec::with_capacity(cfg.n_layers);
         let mut layers = Vec::with_capacity(cfg.n_layers);
         let mut attn_scratch = None;
-        let matmul = |w: &GpuWeight, accumulate| Matmul::with_decode_shape(gpu, shapes.decode, w.ty, w.k, w.n, accumulate);
-        let normed = |w: &GpuWeight| Matmul::with_norm(gpu, shapes.decode, w.ty, w.k, w.n, false, cfg.rms_eps);
+        let (n_q, n_kv) = (cfg.n_embd, cfg.kv_dim());
+        let at = |first_row| AttentionInput { n_q, n_kv, first_row, head_dim: d, rope_base: cfg.rope_base, page_size: ps };
+        let product = |w: &GpuWeight, y: &wgpu::Buffer, input: &wgpu::Buffer| {
+            let op = Matmul::with_decode_shape(gpu, shapes.decode, w.ty, w.k, w.n, true);
+            let binding = op.bind(gpu, &step, input, w, y);
+            (op, binding)
+        };
+        let normed = |w: &GpuWeight, norm_w: &wgpu::Buffer, y: &wgpu::Buffer| {
+            let op = Matmul::with_norm(gpu, shapes.decode, w.ty, w.k, w.n, false, cfg.rms_eps);
+            let binding = op.bind_normed(gpu, &step, &x, norm_w, w, y);
+            (op, binding)
+        };
         for (i, lw) in w.layers.iter().enumerate() {
-            let ops = LayerOps {
-                attn_in: match &lw.attn_in {
-                    AttnIn::Qkv(w) => AttnInOps::Qkv(Matmul::qkv(gpu, shapes.decode, w.ty, w.k, cfg.n_embd, cfg.kv_dim(), cfg.rms_eps)),
-                    AttnIn::Apart { wq, wk, wv } => AttnInOps::Apart { q: normed(wq), k: normed(wk), v: normed(wv) },
-                },
-                rope_q: Rope::new(gpu, nh, d, cfg.rope_base),
-                rope_k: Rope::new(gpu, nkv, d, cfg.rope_base),
-                store: KvStore::new(gpu, nkv, d, ps),
-                attn: AttentionPaged::new(gpu, shapes.attention, nh, nkv, d, ps, max_batch),
-                o: matmul(&lw.wo, true),
-                ffn_in: match &lw.ffn_in {
-                    FfnIn::GateUp(gu) => FfnInOps::GateUp(Matmul::gated(gpu, shapes.decode, gu.ty, gu.k, cfg.n_ff, cfg.rms_eps)),
-                    FfnIn::Apart { gate, up } => FfnInOps::Apart { gate: normed(gate), up: normed(up), silu: SiluMul::new(gpu, cfg.n_ff) },
-                },
-                down: matmul(&lw.w_down, true),
+            let caches = [&pool.k[i], &pool.v[i]];
+            let attention_input = |w: &GpuWeight, first_row| {
+                let op = Matmul::attention_input(gpu, shapes.decode, w.ty, w.k, w.n, cfg.rms_eps, at(first_row));
+                let binding = op.bind_attention_input(gpu, &step, &x, &lw.attn_norm, w, &q, &page_table, caches);
+                (op, binding)
             };
-            let (kc, vc) = (&pool.k[i], &pool.v[i]);
+            let attn_in = match &lw.attn_in {
+                AttnIn::Qkv(w) => vec![attention_input(w, 0)],
+                AttnIn::Apart { wq, wk, wv } => vec![attention_input(wq, 0), attention_input(wk, n_q), attention_input(wv, n_q + n_kv)],
+            };
+            let attn_op = AttentionPaged::new(gpu, shapes.attention, nh, nkv, d, ps, max_batch);
             // Layers run one after another: they share one scratch buffer for attention's splits.
-            let scratch = attn_scratch.get_or_insert_with(|| gpu.storage("attention.scratch", ops.attn.scratch_bytes(d)));
-            layers.push(LayerPlan {
-                attn_in: match (&ops.attn_in, &lw.attn_in) {
-                    (AttnInOps::Qkv(op), AttnIn::Qkv(w)) => AttnInPlan::Qkv(op.bind_qkv(gpu, &step, &x, &lw.attn_norm, w, &q, &k, &v)),
-                    (AttnInOps::Apart { q: oq, k: ok, v: ov }, AttnIn::Apart { wq, wk, wv }) => AttnInPlan::Apart {
-                        q: oq.bind_normed(gpu, &step, &x, &lw.attn_norm, wq, &q),
-                        k: ok.bind_normed(gpu, &step, &x, &lw.attn_norm, wk, &k),
-                        v: ov.bind_normed(gpu, &step, &x, &lw.attn_norm, wv, &v),
-                    },
-                    _ => return Err(EngineError::Internal("attention ops built for other weights")),
-                },
-                rope_q: ops.rope_q.bind(gpu, &step, &q),
-                rope_k: ops.rope_k.bind(gpu, &step, &k),
-                store: ops.store.bind(gpu, &step, &k, &v, &page_table, kc, vc),
-                attn: ops.attn.bind(gpu, &step, &split, &q, &page_table, kc, vc, scratch, &att),
-                o: ops.o.bind(gpu, &step, &att, &lw.wo, &x),
-                ffn_in: match (&ops.ffn_in, &lw.ffn_in, &apart) {
-                    (FfnInOps::GateUp(op), FfnIn::GateUp(gu), _) => FfnInPlan::GateUp(op.bind_normed(gpu, &step, &x, &lw.ffn_norm, gu, &ffn)),
-                    (FfnInOps::Apart { gate, up, silu }, FfnIn::Apart { gate: wg, up: wu }, Some((g, u))) => FfnInPlan::Apart {
-                        gate: gate.bind_normed(gpu, &step, &x, &lw.ffn_norm, wg, g),
-                        up: up.bind_normed(gpu, &step, &x, &lw.ffn_norm, wu, u),
-                        silu: silu.bind(gpu, &step, g, u, &ffn),
-                    },
-                    _ => return Err(EngineError::Internal("FFN ops built for other weights")),
-                },
-                down: ops.down.bind(gpu, &step, &ffn, &lw.w_down, &x),
+            let scratch = attn_scratch.get_or_insert_with(|| gpu.storage("attention.scratch", attn_op.scratch_bytes(d)));
+            let attn_b = attn_op.bind(gpu, &step, &split, &q, &page_table, caches[0], caches[1], scratch, &att);
+            let ffn_in = match (&lw.ffn_in, &apart) {
+                (FfnIn::GateUp(gu), _) => {
+                    let op = Matmul::gated(gpu, shapes.decode, gu.ty, gu.k, cfg.n_ff, cfg.rms_eps);
+                    let binding = op.bind_normed(gpu, &step, &x, &lw.ffn_norm, gu, &ffn);
+                    FfnInput::GateUp(op, binding)
+                }
+                (FfnIn::Apart { gate, up }, Some((g, u))) => {
+                    let silu = SiluMul::new(gpu, cfg.n_ff);
+                    let silu_b = silu.bind(gpu, &step, g, u, &ffn);
+                    FfnInput::Apart { gate: normed(gate, &lw.ffn_norm, g), up: normed(up, &lw.ffn_norm, u), silu: (silu, silu_b) }
+                }
+                (FfnIn::Apart { .. }, None) => return Err(EngineError::Internal("FFN weights apart without buffers for gate and up")),
+            };
+            layers.push(Layer {
+                attn_in,
+                attn: (attn_op, attn_b),
+                o: product(&lw.wo, &x, &att),
+                ffn_in,
+                down: product(&lw.w_down, &x, &ffn),
             });
-            layer_ops.push(ops);
         }
         let final_norm_op = RmsNorm::new(gpu, cfg.n_embd, cfg.rms_eps, true);
         let final_norm_b = final_norm_op.bind(gpu, &step, &x, &w.output_norm, &last);
         let head = w.lm_head();
-        let lm_head_op = matmul(head, false);
+        let lm_head_op = Matmul::with_decode_shape(gpu, shapes.decode, head.ty, head.k, head.n, false);
         let lm_head_b = lm_head_op.bind(gpu, &step_last, &last, head, &logits);
         let top2_op = Top2Op::new(gpu, cfg.vocab_size);
         let top2_b = top2_op.bind(gpu, &pick_params, &logits, &banned_ids, &picked);
@@ -233,7 +198,6 @@ impl Forward {
             topk,
             topk_staging,
             embed: (embed_op, embed_b),
-            layer_ops,
             layers,
             final_norm: (final_norm_op, final_norm_b),
             lm_head: (lm_head_op, lm_head_b),
@@ -244,7 +208,7 @@ impl Forward {
 
     /// Ops in one pass of this model, at most: what a profiler must have room for.
     pub fn max_ops(&self) -> usize {
-        1 + 12 * self.layers.len() + 3
+        1 + 7 * self.layers.len() + 3
     }
 
     /// Runs `tokens` (at most `max_batch`) at positions `start_pos..`, writing their K/V into
@@ -297,7 +261,7 @@ impl Forward {
         q.write_buffer(&self.step, 0, bytemuck::bytes_of(&step));
         let last = StepParams { n_tokens: 1, start_pos: (start_pos + n - 1) as u32, ..Default::default() };
         q.write_buffer(&self.step_last, 0, bytemuck::bytes_of(&last));
-        let plan = self.layer_ops.first().map_or_else(SplitParams::default, |ops| ops.attn.plan(n as u32, start_pos as u32));
+        let plan = self.layers.first().map_or_else(SplitParams::default, |layer| layer.attn.0.plan(n as u32, start_pos as u32));
         q.write_buffer(&self.split, 0, bytemuck::bytes_of(&plan));
         match (head, &self.topk) {
             (Head::Top2 { ban }, _) => {
@@ -344,33 +308,24 @@ impl Forward {
     /// Encodes the pass's ops, in order, for a batch of `t` tokens.
     fn record(&self, rec: &mut Recorder<'_>, t: u32, plan: SplitParams, head: Head) {
         rec.op(OpRole::Embed, 1, |p| self.embed.0.encode(p, &self.embed.1, t));
-        for (ops, b) in self.layer_ops.iter().zip(&self.layers) {
-            match (&ops.attn_in, &b.attn_in) {
-                (AttnInOps::Qkv(op), AttnInPlan::Qkv(qkv)) => rec.op(OpRole::QkvMatmul, qkv.dispatches(), |p| op.encode(p, qkv, t)),
-                (AttnInOps::Apart { q, k, v }, AttnInPlan::Apart { q: bq, k: bk, v: bv }) => {
-                    rec.op(OpRole::QkvMatmul, bq.dispatches(), |p| q.encode(p, bq, t));
-                    rec.op(OpRole::QkvMatmul, bk.dispatches(), |p| k.encode(p, bk, t));
-                    rec.op(OpRole::QkvMatmul, bv.dispatches(), |p| v.encode(p, bv, t));
-                }
-                // Built together in `new`: the ops and the bindings always agree.
-                _ => {}
+        for layer in &self.layers {
+            for (op, b) in &layer.attn_in {
+                rec.op(OpRole::QkvMatmul, b.dispatches(), |p| op.encode(p, b, t));
             }
-            rec.op(OpRole::Rope, 1, |p| ops.rope_q.encode(p, &b.rope_q, t));
-            rec.op(OpRole::Rope, 1, |p| ops.rope_k.encode(p, &b.rope_k, t));
-            rec.op(OpRole::KvStore, 1, |p| ops.store.encode(p, &b.store, t));
-            rec.op(OpRole::Attention, 2, |p| ops.attn.encode(p, &b.attn, t, plan));
-            rec.op(OpRole::OutMatmul, b.o.dispatches(), |p| ops.o.encode(p, &b.o, t));
-            match (&ops.ffn_in, &b.ffn_in) {
-                (FfnInOps::GateUp(op), FfnInPlan::GateUp(gu)) => rec.op(OpRole::GatedMatmul, gu.dispatches(), |p| op.encode(p, gu, t)),
-                (FfnInOps::Apart { gate, up, silu }, FfnInPlan::Apart { gate: bg, up: bu, silu: bs }) => {
-                    rec.op(OpRole::GateUpMatmul, bg.dispatches(), |p| gate.encode(p, bg, t));
-                    rec.op(OpRole::GateUpMatmul, bu.dispatches(), |p| up.encode(p, bu, t));
-                    rec.op(OpRole::SiluMul, 1, |p| silu.encode(p, bs, t));
+            let (attn, attn_b) = &layer.attn;
+            rec.op(OpRole::Attention, 2, |p| attn.encode(p, attn_b, t, plan));
+            let (o, o_b) = &layer.o;
+            rec.op(OpRole::OutMatmul, o_b.dispatches(), |p| o.encode(p, o_b, t));
+            match &layer.ffn_in {
+                FfnInput::GateUp(op, b) => rec.op(OpRole::GatedMatmul, b.dispatches(), |p| op.encode(p, b, t)),
+                FfnInput::Apart { gate: (gate, gate_b), up: (up, up_b), silu: (silu, silu_b) } => {
+                    rec.op(OpRole::GateUpMatmul, gate_b.dispatches(), |p| gate.encode(p, gate_b, t));
+                    rec.op(OpRole::GateUpMatmul, up_b.dispatches(), |p| up.encode(p, up_b, t));
+                    rec.op(OpRole::SiluMul, 1, |p| silu.encode(p, silu_b, t));
                 }
-                // Built together in `new`: the ops and the bindings always agree.
-                _ => {}
             }
-            rec.op(OpRole::DownMatmul, b.down.dispatches(), |p| ops.down.encode(p, &b.down, t));
+            let (down, down_b) = &layer.down;
+            rec.op(OpRole::DownMatmul, down_b.dispatches(), |p| down.encode(p, down_b, t));
         }
         if head != Head::None {
             rec.op(OpRole::FinalNorm, 1, |p| self.final_norm.0.encode(p, &self.final_norm.1, t));

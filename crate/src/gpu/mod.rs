@@ -8,13 +8,10 @@
 //!
 //! | op | reads | writes |
 //! |----|-------|--------|
-//! | `Matmul` ×3 with the RMSNorm prologue | x (T, C), attn_norm, Wq / Wk / Wv | q (T, H·D), k (T, Hkv·D), v (T, Hkv·D) |
-//! | `Rope` ×2 | q, k | q, k in place |
-//! | `KvStore` | k, v, page table | this layer's k_cache, v_cache (f16 pairs) |
+//! | `Matmul` with the RMSNorm prologue, RoPE and the KV write its epilogue | x (T, C), attn_norm, Wqkv (or Wq, Wk, Wv: ×3), page table | q (T, H·D); this layer's k_cache, v_cache (f16 pairs) |
 //! | `AttentionPaged` (split over the keys, then combined) | q, page table, k_cache, v_cache | a (T, H·D) |
 //! | `Matmul` (accumulate) | a, Wo | x += a·Woᵀ (the residual add) |
-//! | `Matmul` ×2 with the RMSNorm prologue | x, ffn_norm, Wgate / Wup | g, u (T, F) |
-//! | `SiluMul` | g, u | f (T, F) |
+//! | `Matmul` with the RMSNorm prologue and SiLU·mul its epilogue | x, ffn_norm, Wgate_up (or Wgate, Wup: ×2, then `SiluMul`) | f (T, F) |
 //! | `Matmul` (accumulate) | f, Wdown | x += f·Wdownᵀ |
 //!
 //! then `RmsNorm` with `last_row_only` (x → h1 (1, C)), `Matmul` for the LM head bound to a

@@ -11,8 +11,6 @@ pub enum OpKind {
     Embed,
     RmsNorm,
     Matmul,
-    Rope,
-    KvStore,
     KvQuant,
     AttentionPaged,
     SiluMul,

@@ -14,8 +14,6 @@ use super::{Gpu, GpuError};
 pub enum OpRole {
     Embed,
     QkvMatmul,
-    Rope,
-    KvStore,
     Attention,
     OutMatmul,
     GateUpMatmul,
@@ -32,9 +30,7 @@ impl OpRole {
     pub fn name(self) -> &'static str {
         match self {
             OpRole::Embed => "embed",
-            OpRole::QkvMatmul => "rmsnorm + q/k/v matmul",
-            OpRole::Rope => "rope",
-            OpRole::KvStore => "kv store",
+            OpRole::QkvMatmul => "rmsnorm + q/k/v matmul + rope + kv write",
             OpRole::Attention => "attention",
             OpRole::OutMatmul => "o matmul (+ residual)",
             OpRole::GateUpMatmul => "rmsnorm + gate/up matmul",

@@ -60,6 +60,11 @@ impl GpuWeight {
         if ((rows_per_part * row_bytes).next_multiple_of(4)) as u64 > max_part_bytes {
             rows_per_part -= 1;
         }
+        // Parts of a split weight hold whole pairs of rows: RoPE turns rows 2i and 2i + 1
+        // together in the attention input's epilogue.
+        if rows_per_part < n {
+            rows_per_part -= rows_per_part % 2;
+        }
         if rows_per_part == 0 {
             return Err(err(format!("one row ({row_bytes} bytes) exceeds the {max_part_bytes}-byte storage binding limit")));
         }

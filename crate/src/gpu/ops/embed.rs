@@ -7,7 +7,7 @@ use crate::gpu::{Gpu, GpuWeight};
 
 pub const KERNEL: Kernel = Kernel {
     op: OpKind::Embed,
-    source: wgsl!("embed.wgsl", blocks),
+    source: wgsl!("embed.wgsl", "blocks.wgsl"),
     slots: &[Slot::Uniform, Slot::Uniform, Slot::Read, Slot::Read, Slot::ReadWrite],
 };
 

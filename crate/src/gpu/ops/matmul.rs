@@ -7,8 +7,8 @@ use crate::gpu::{Gpu, GpuWeight, WeightPart};
 
 pub const KERNEL: Kernel = Kernel {
     op: OpKind::Matmul,
-    source: wgsl!("matmul.wgsl", blocks),
-    slots: &[Slot::Uniform, Slot::Uniform, Slot::Read, Slot::Read, Slot::ReadWrite, Slot::Read, Slot::ReadWrite, Slot::ReadWrite],
+    source: wgsl!("matmul.wgsl", "blocks.wgsl"),
+    slots: &[Slot::Uniform, Slot::Uniform, Slot::Read, Slot::Read, Slot::ReadWrite, Slot::Read, Slot::Read, Slot::ReadWrite, Slot::ReadWrite, Slot::Uniform],
 };
 
 /// Steps of at most this many tokens use the one-token-per-thread pipeline.
@@ -43,11 +43,12 @@ pub struct Matmul {
     k: usize,
     n: usize,
     norm: bool,
-    /// q, k and v rows of a SPLIT_QKV product.
-    split: Option<(usize, usize)>,
-    /// What the y_k and y_v bindings hold when the product does not split its output: WebGPU
-    /// forbids binding one buffer to two writable bindings of a dispatch.
-    unused_outputs: [wgpu::Buffer; 2],
+    attention_input: bool,
+    /// What the KV-cache bindings hold for other products (WebGPU forbids binding one buffer
+    /// to two writable bindings of a dispatch).
+    unused_caches: [wgpu::Buffer; 2],
+    /// matmul.wgsl `RopeFreqs` for attention's input; zeros for other products.
+    rope_freqs: wgpu::Buffer,
     decode: DecodeShape,
     matvec: wgpu::ComputePipeline,
     prefill: wgpu::ComputePipeline,
@@ -65,12 +66,39 @@ impl MatmulBinding {
     }
 }
 
-/// A product fused with its neighbours (matmul.wgsl GATED, SPLIT_QKV).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A product fused with its neighbours (matmul.wgsl GATED, ATTN_IN).
+#[derive(Debug, Clone, Copy, PartialEq)]
 enum Fused {
     No,
     Gated,
-    Qkv(usize, usize),
+    AttentionInput(AttentionInput),
+}
+
+/// Where an attention-input product's rows go (matmul.wgsl ATTN_IN): its rows are rows
+/// `first_row ..` of the layer's whole q/k/v weight (`n_q` rows of q in heads of `head_dim`,
+/// then `n_kv` of k and `n_kv` of v); q and k are rotated by RoPE with `rope_base`, q written
+/// to its buffer and k and v to the KV pages of `page_size` tokens.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttentionInput {
+    pub n_q: usize,
+    pub n_kv: usize,
+    pub first_row: usize,
+    pub head_dim: usize,
+    pub rope_base: f32,
+    pub page_size: usize,
+}
+
+/// Pairs of a head matmul.wgsl `RopeFreqs` holds: head dimensions up to 256.
+const MAX_ROPE_PAIRS: usize = super::attention_paged::MAX_HEAD_DIM / 2;
+
+/// RoPE's angle per position for each pair i of a head, base^(-2i/head_dim), computed in f64 so
+/// that the angle pos · freq is one f32 rounding from exact (the GPU's pow is coarser).
+fn rope_freqs(head_dim: usize, base: f32) -> [f32; MAX_ROPE_PAIRS] {
+    let mut f = [0.0; MAX_ROPE_PAIRS];
+    for (i, v) in f.iter_mut().enumerate().take(head_dim / 2) {
+        *v = (base as f64).powf(-2.0 * i as f64 / head_dim as f64) as f32;
+    }
+    f
 }
 
 /// blocks.wgsl `Part`: the rows of the weight one buffer holds.
@@ -112,18 +140,18 @@ impl Matmul {
         Self::build(gpu, decode, ty, k, 2 * f, false, Some(eps), Fused::Gated)
     }
 
-    /// Attention's q, k and v in one product, y = rmsnorm(x)·Wqkvᵀ, from one weight of
-    /// `n_q` + 2·`n_kv` rows (q's, k's, then v's: `attn_qkv`), each output to its own buffer
-    /// (`bind_qkv`).
-    pub fn qkv(gpu: &Gpu, decode: DecodeShape, ty: GgmlType, k: usize, n_q: usize, n_kv: usize, eps: f32) -> Self {
-        Self::build(gpu, decode, ty, k, n_q + 2 * n_kv, false, Some(eps), Fused::Qkv(n_q, n_kv))
+    /// Attention's input, rmsnorm(x)·Wᵀ for a weight of `n` rows (the whole q/k/v weight, or q,
+    /// k or v alone, as `at` says), with RoPE and the f16 KV-cache write as its epilogue; bound
+    /// with `bind_attention_input`.
+    pub fn attention_input(gpu: &Gpu, decode: DecodeShape, ty: GgmlType, k: usize, n: usize, eps: f32, at: AttentionInput) -> Self {
+        Self::build(gpu, decode, ty, k, n, false, Some(eps), Fused::AttentionInput(at))
     }
 
     #[allow(clippy::too_many_arguments)]
     fn build(gpu: &Gpu, decode: DecodeShape, ty: GgmlType, k: usize, n: usize, accumulate: bool, norm_eps: Option<f32>, fused: Fused) -> Self {
         let gated = fused == Fused::Gated;
-        let split = match fused {
-            Fused::Qkv(q, kv) => Some((q, kv)),
+        let at = match fused {
+            Fused::AttentionInput(at) => Some(at),
             _ => None,
         };
         let key = |entry, tokens: u32| {
@@ -136,49 +164,67 @@ impl Matmul {
                 .with("NORM", norm_eps.is_some() as u32)
                 .with("EPS", norm_eps.unwrap_or(1e-5))
                 .with("GATED", gated as u32)
-                .with("SPLIT_QKV", split.is_some() as u32)
-                .with("N_Q", split.map_or(0, |s| s.0) as u32)
-                .with("N_KV", split.map_or(0, |s| s.1) as u32)
+                .with("ATTN_IN", at.is_some() as u32)
+                .with("N_Q", at.map_or(0, |a| a.n_q) as u32)
+                .with("N_KV", at.map_or(0, |a| a.n_kv) as u32)
+                .with("QKV_FIRST", at.map_or(0, |a| a.first_row) as u32)
+                .with("HEAD_DIM", at.map_or(64, |a| a.head_dim) as u32)
+                .with("PAGE", at.map_or(16, |a| a.page_size) as u32)
         };
         let matvec = match decode {
             DecodeShape::Wide => gpu.pipeline(&KERNEL, key("matvec_wide", MATVEC_TOKENS)),
             DecodeShape::Rows => gpu.pipeline(&KERNEL, key("matmul_rows", MATVEC_TOKENS)),
         };
         let prefill = gpu.pipeline(&KERNEL, key("matmul_rows", PREFILL_TOKENS));
-        let unused_outputs = [gpu.storage("matmul.unused_k", 4), gpu.storage("matmul.unused_v", 4)];
-        Self { ty, k, n, norm: norm_eps.is_some(), split, unused_outputs, decode, matvec, prefill }
+        let unused_caches = [gpu.storage("matmul.unused_k_cache", 4), gpu.storage("matmul.unused_v_cache", 4)];
+        let rope_freqs = gpu.uniform("matmul.rope_freqs", &at.map_or([0.0; MAX_ROPE_PAIRS], |a| rope_freqs(a.head_dim, a.rope_base)));
+        Self { ty, k, n, norm: norm_eps.is_some(), attention_input: at.is_some(), unused_caches, rope_freqs, decode, matvec, prefill }
     }
 
     /// Binds `step` (StepParams), `x` (T, K) f32, the weight and `y` (T, N) f32.
     pub fn bind(&self, gpu: &Gpu, step: &wgpu::Buffer, x: &wgpu::Buffer, w: &GpuWeight, y: &wgpu::Buffer) -> MatmulBinding {
         assert!(!self.norm, "a normalising matmul is bound with bind_normed");
-        // The kernel reads no norm weights without NORM: x stands in for them.
-        let [k, v] = &self.unused_outputs;
-        self.bind_parts(gpu, step, x, x, w, [y, k, v])
+        // The kernel reads no norm weights without NORM, nor a page table without ATTN_IN: x
+        // stands in for them.
+        let [kc, vc] = &self.unused_caches;
+        self.bind_parts(gpu, step, x, x, w, y, [x, kc, vc])
     }
 
     /// Binds as `bind`, with the RMSNorm's weights `norm_w` (K) f32, for a `with_norm` product.
     pub fn bind_normed(&self, gpu: &Gpu, step: &wgpu::Buffer, x: &wgpu::Buffer, norm_w: &wgpu::Buffer, w: &GpuWeight, y: &wgpu::Buffer) -> MatmulBinding {
-        assert!(self.norm && self.split.is_none(), "bind_normed on a matmul built without a norm, or for q/k/v");
-        let [k, v] = &self.unused_outputs;
-        self.bind_parts(gpu, step, x, norm_w, w, [y, k, v])
+        assert!(self.norm && !self.attention_input, "bind_normed on a matmul built without a norm, or for attention's input");
+        let [kc, vc] = &self.unused_caches;
+        self.bind_parts(gpu, step, x, norm_w, w, y, [x, kc, vc])
     }
 
-    /// Binds a `qkv` product: its outputs `q` (T, n_q), `k` and `v` (T, n_kv) f32.
+    /// Binds an `attention_input` product: `q` (T, n_q) f32 for the rotated queries, the
+    /// sequence's `page_table` (pages) u32 and the layer's caches (pages, page_size, n_kv / 2)
+    /// u32 of f16 pairs.
     #[allow(clippy::too_many_arguments)]
-    pub fn bind_qkv(&self, gpu: &Gpu, step: &wgpu::Buffer, x: &wgpu::Buffer, norm_w: &wgpu::Buffer, w: &GpuWeight, q: &wgpu::Buffer, k: &wgpu::Buffer, v: &wgpu::Buffer) -> MatmulBinding {
-        assert!(self.split.is_some() && w.parts.len() == 1, "bind_qkv on a matmul not built for q/k/v, or a weight in parts");
-        self.bind_parts(gpu, step, x, norm_w, w, [q, k, v])
+    pub fn bind_attention_input(
+        &self,
+        gpu: &Gpu,
+        step: &wgpu::Buffer,
+        x: &wgpu::Buffer,
+        norm_w: &wgpu::Buffer,
+        w: &GpuWeight,
+        q: &wgpu::Buffer,
+        page_table: &wgpu::Buffer,
+        [k_cache, v_cache]: [&wgpu::Buffer; 2],
+    ) -> MatmulBinding {
+        assert!(self.attention_input, "bind_attention_input on a matmul not built for attention's input");
+        self.bind_parts(gpu, step, x, norm_w, w, q, [page_table, k_cache, v_cache])
     }
 
-    fn bind_parts(&self, gpu: &Gpu, step: &wgpu::Buffer, x: &wgpu::Buffer, norm_w: &wgpu::Buffer, w: &GpuWeight, [y, y_k, y_v]: [&wgpu::Buffer; 3]) -> MatmulBinding {
+    #[allow(clippy::too_many_arguments)]
+    fn bind_parts(&self, gpu: &Gpu, step: &wgpu::Buffer, x: &wgpu::Buffer, norm_w: &wgpu::Buffer, w: &GpuWeight, y: &wgpu::Buffer, [pages, k_cache, v_cache]: [&wgpu::Buffer; 3]) -> MatmulBinding {
         assert!(w.ty == self.ty && w.k == self.k && w.n == self.n, "matmul built for {:?} ({}, {}) bound to {:?} ({}, {})", self.ty, self.n, self.k, w.ty, w.n, w.k);
         let parts = w
             .parts
             .iter()
             .map(|p| {
                 let params = part_params(gpu, p);
-                (gpu.bind_group("matmul", KERNEL.slots, &[step, &params, x, &p.buffer, y, norm_w, y_k, y_v]), p.rows as u32)
+                (gpu.bind_group("matmul", KERNEL.slots, &[step, &params, x, &p.buffer, y, norm_w, pages, k_cache, v_cache, &self.rope_freqs]), p.rows as u32)
             })
             .collect();
         MatmulBinding { parts }

@@ -6,10 +6,8 @@
 pub mod attention_paged;
 pub mod embed;
 pub mod kv_quant;
-pub mod kv_store;
 pub mod matmul;
 pub mod rmsnorm;
-pub mod rope;
 pub mod silu_mul;
 pub mod top2;
 pub mod topk;
@@ -17,10 +15,8 @@ pub mod topk;
 pub use attention_paged::{AttentionPaged, AttentionPagedBinding, AttentionShape, SplitParams};
 pub use embed::{Embed, EmbedBinding};
 pub use kv_quant::{KvQuant, KvQuantBinding, SpillParams};
-pub use kv_store::{KvStore, KvStoreBinding};
-pub use matmul::{DecodeShape, Matmul, MatmulBinding};
+pub use matmul::{AttentionInput, DecodeShape, Matmul, MatmulBinding};
 pub use rmsnorm::{RmsNorm, RmsNormBinding};
-pub use rope::{Rope, RopeBinding};
 pub use silu_mul::{SiluMul, SiluMulBinding};
 pub use top2::{PickParams, Top2, Top2Binding, Top2Op, TOP2_BYTES};
 pub use topk::{TopKBinding, TopKOp, MAX_TOP_K, TOPK_BYTES};
@@ -49,15 +45,12 @@ impl KernelShapes {
     }
 }
 
-/// Prepends the shared WGSL files to a kernel file (paths relative to this directory).
+/// A kernel file after common.wgsl and the shared WGSL files it names (in shaders-wgsl/).
 macro_rules! wgsl {
-    ($file:literal) => {
-        concat!(include_str!("../../../../shaders-wgsl/common.wgsl"), include_str!(concat!("../../../../shaders-wgsl/", $file)))
-    };
-    ($file:literal, blocks) => {
+    ($file:literal $(, $shared:literal)*) => {
         concat!(
             include_str!("../../../../shaders-wgsl/common.wgsl"),
-            include_str!("../../../../shaders-wgsl/blocks.wgsl"),
+            $(include_str!(concat!("../../../../shaders-wgsl/", $shared)),)*
             include_str!(concat!("../../../../shaders-wgsl/", $file))
         )
     };
@@ -69,10 +62,8 @@ pub const KERNELS: &[(&str, &Kernel)] = &[
     ("attention_paged.wgsl", &attention_paged::KERNEL),
     ("embed.wgsl", &embed::KERNEL),
     ("kv_quant.wgsl", &kv_quant::KERNEL),
-    ("kv_store.wgsl", &kv_store::KERNEL),
     ("matmul.wgsl", &matmul::KERNEL),
     ("rmsnorm.wgsl", &rmsnorm::KERNEL),
-    ("rope.wgsl", &rope::KERNEL),
     ("silu_mul.wgsl", &silu_mul::KERNEL),
     ("top2.wgsl", &top2::KERNEL),
     ("topk.wgsl", &topk::KERNEL),

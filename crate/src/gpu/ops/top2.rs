@@ -5,7 +5,7 @@ use super::wgsl;
 use crate::gpu::pipelines::{Kernel, OpKind, PipelineKey, Slot};
 use crate::gpu::Gpu;
 
-pub const KERNEL: Kernel = Kernel { op: OpKind::Top2, source: wgsl!("top2.wgsl"), slots: &[Slot::Uniform, Slot::Read, Slot::Read, Slot::ReadWrite] };
+pub const KERNEL: Kernel = Kernel { op: OpKind::Top2, source: wgsl!("top2.wgsl", "banned.wgsl"), slots: &[Slot::Uniform, Slot::Read, Slot::Read, Slot::ReadWrite] };
 
 /// Bytes of the kernel's output: index, best and second logit (f32 bits), padding.
 pub const TOP2_BYTES: u64 = 16;

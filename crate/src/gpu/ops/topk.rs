@@ -8,7 +8,7 @@ use crate::gpu::Gpu;
 
 pub const KERNEL: Kernel = Kernel {
     op: OpKind::TopK,
-    source: wgsl!("topk.wgsl"),
+    source: wgsl!("topk.wgsl", "banned.wgsl"),
     slots: &[Slot::Uniform, Slot::Read, Slot::Read, Slot::Read, Slot::ReadWrite],
 };
 
@@ -60,15 +60,14 @@ impl TopKOp {
         // Two buffers the passes write in turn, each large enough for the first pass's output.
         let bytes = first_chunks as u64 * k as u64 * 8;
         let bufs = [gpu.storage("topk.a", bytes), gpu.storage("topk.b", bytes)];
-        let params = |n_in, from_logits: bool| gpu.uniform("topk.params", &SelectParams { n_in, from_logits: from_logits as u32, n_banned: 0, _pad: 0 });
-        let first_params = params(self.vocab, true);
+        let first_params = gpu.uniform("topk.params", &self.first_pass(0));
         let mut passes = Vec::new();
         let mut n_in = self.vocab;
         loop {
             let chunks = n_in.div_ceil(CHUNK);
             let pass = passes.len();
             let (read, write) = (&bufs[(pass + 1) % 2], &bufs[pass % 2]);
-            let later = (pass > 0).then(|| params(n_in, false));
+            let later = (pass > 0).then(|| gpu.uniform("topk.params", &SelectParams { n_in, from_logits: 0, n_banned: 0, _pad: 0 }));
             let p = later.as_ref().unwrap_or(&first_params);
             passes.push((gpu.bind_group("topk", KERNEL.slots, &[p, logits, banned, read, write]), chunks));
             if chunks == 1 {
@@ -83,8 +82,12 @@ impl TopKOp {
 
     /// Sets how many of the banned ids the next passes skip.
     pub fn set_banned(&self, gpu: &Gpu, binding: &TopKBinding, n_banned: u32) {
-        let params = SelectParams { n_in: self.vocab, from_logits: 1, n_banned, _pad: 0 };
-        gpu.queue.write_buffer(&binding.first_params, 0, bytemuck::bytes_of(&params));
+        gpu.queue.write_buffer(&binding.first_params, 0, bytemuck::bytes_of(&self.first_pass(n_banned)));
+    }
+
+    /// The first pass's parameters: every logit in, skipping `n_banned` of the banned ids.
+    fn first_pass(&self, n_banned: u32) -> SelectParams {
+        SelectParams { n_in: self.vocab, from_logits: 1, n_banned, _pad: 0 }
     }
 
     /// Dispatches one op makes: one per pass.
