@@ -121,9 +121,10 @@ impl Forward {
         let mut attn_scratch = None;
         let (n_q, n_kv) = (cfg.n_embd, cfg.kv_dim());
         let at = |first_row| AttentionInput { n_q, n_kv, first_row, head_dim: d, rope_base: cfg.rope_base, page_size: ps };
-        let product = |w: &GpuWeight, y: &wgpu::Buffer, input: &wgpu::Buffer| {
+        // x += input · wᵀ: the residual adds of o and down.
+        let residual = |input: &wgpu::Buffer, w: &GpuWeight| {
             let op = Matmul::with_decode_shape(gpu, shapes.decode, w.ty, w.k, w.n, true);
-            let binding = op.bind(gpu, &step, input, w, y);
+            let binding = op.bind(gpu, &step, input, w, &x);
             (op, binding)
         };
         let normed = |w: &GpuWeight, norm_w: &wgpu::Buffer, y: &wgpu::Buffer| {
@@ -162,9 +163,9 @@ impl Forward {
             layers.push(Layer {
                 attn_in,
                 attn: (attn_op, attn_b),
-                o: product(&lw.wo, &x, &att),
+                o: residual(&att, &lw.wo),
                 ffn_in,
-                down: product(&lw.w_down, &x, &ffn),
+                down: residual(&ffn, &lw.w_down),
             });
         }
         let final_norm_op = RmsNorm::new(gpu, cfg.n_embd, cfg.rms_eps, true);
