@@ -16,8 +16,6 @@ import statistics
 import sys
 import time
 
-import numpy as np
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 spec = importlib.util.spec_from_file_location("goldens", os.path.join(ROOT, "scripts", "make_goldens.py"))
 goldens = importlib.util.module_from_spec(spec)
@@ -25,8 +23,7 @@ spec.loader.exec_module(goldens)
 
 import llama_cpp  # noqa: E402
 
-with open(os.path.join(ROOT, "crate", "src", "bench_protocol.json")) as f:
-    PROTOCOL = json.load(f)
+PROTOCOL = goldens.bench_protocol()
 
 model = sys.argv[1] if len(sys.argv) > 1 else goldens.MODEL
 prefix_lens = [int(p) for p in sys.argv[2].split(",")] if len(sys.argv) > 2 else PROTOCOL["prefix_lens"]
@@ -42,16 +39,11 @@ question = llm.tokenize(PROTOCOL["question"].encode(), add_bos=False, special=Fa
 suffix = (question * (delta // len(question) + 1))[:delta]
 
 
-def argmax_last():
-    logits = llama_cpp.llama_get_logits_ith(llm._ctx.ctx, -1)
-    return int(np.argmax(np.ctypeslib.as_array(logits, shape=(llm.n_vocab(),))))
-
-
 def first_token(tokens):
     """Evaluates `tokens` after what the context holds; returns (first greedy token, ms)."""
     t0 = time.perf_counter()
     llm.eval(tokens)
-    tok = argmax_last()
+    tok = goldens.last_argmax(llm)
     return tok, (time.perf_counter() - t0) * 1000
 
 
@@ -59,7 +51,7 @@ def continue_greedy(tok, n):
     out = [tok]
     while len(out) < n:
         llm.eval([out[-1]])
-        out.append(argmax_last())
+        out.append(goldens.last_argmax(llm))
     return out
 
 

@@ -11,8 +11,6 @@ import statistics
 import sys
 import time
 
-import numpy as np
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 spec = importlib.util.spec_from_file_location("goldens", os.path.join(ROOT, "scripts", "make_goldens.py"))
 goldens = importlib.util.module_from_spec(spec)
@@ -25,15 +23,8 @@ prefill, decode, repeats = (int(a) for a in (sys.argv[2:5] + ["512", "128", "3"]
 goldens.without_weight_repacking()
 llm = llama_cpp.Llama(model_path=model, n_ctx=prefill + decode + 8, n_batch=512, n_threads=os.cpu_count(),
                       logits_all=False, verbose=False)
-filler = ("The lighthouse keeper climbed the spiral stairs at dusk, trimmed the wick, polished the great "
-          "lens, and wrote the wind, the sea state and every passing ship in the log. ")
-unit = llm.tokenize(filler.encode(), add_bos=False)
+unit = llm.tokenize(goldens.bench_protocol()["filler"].encode(), add_bos=False)
 prompt = (unit * (prefill // len(unit) + 1))[:prefill]
-
-
-def last_argmax(llm):
-    logits = llama_cpp.llama_get_logits_ith(llm._ctx.ctx, -1)
-    return int(np.argmax(np.ctypeslib.as_array(logits, shape=(llm.n_vocab(),))))
 
 
 pre, dec = [], []
@@ -42,11 +33,11 @@ for _ in range(repeats):
     t0 = time.perf_counter()
     llm.eval(prompt)
     pre.append(prefill / (time.perf_counter() - t0))
-    tok = last_argmax(llm)
+    tok = goldens.last_argmax(llm)
     t0 = time.perf_counter()
     for _ in range(decode - 1):
         llm.eval([tok])
-        tok = last_argmax(llm)
+        tok = goldens.last_argmax(llm)
     dec.append((decode - 1) / (time.perf_counter() - t0))
 print(f"llama.cpp {llama_cpp.__version__} CPU ({os.cpu_count()} threads): "
       f"prefill {prefill} tokens {statistics.median(pre):.1f} tok/s | decode {decode} tokens {statistics.median(dec):.1f} tok/s "

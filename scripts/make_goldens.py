@@ -62,6 +62,18 @@ def render_chat(template, messages):
         messages=messages, add_generation_prompt=True, bos_token="<|im_start|>", eos_token="<|im_end|>")
 
 
+def last_argmax(llm):
+    """The greedy token after the last token evaluated (without logits_all)."""
+    logits = llama_cpp.llama_get_logits_ith(llm._ctx.ctx, -1)
+    return int(np.argmax(np.ctypeslib.as_array(logits, shape=(llm.n_vocab(),))))
+
+
+def bench_protocol():
+    """The benchmarks' shared texts and lengths (crate/src/bench_protocol.json)."""
+    with open(os.path.join(ROOT, "crate", "src", "bench_protocol.json")) as f:
+        return json.load(f)
+
+
 def without_weight_repacking():
     """Loads weights as stored. llama.cpp's CPU repacking picks AMX kernels whenever the CPU
     advertises AMX, and some virtual machines advertise it without enabling it (SIGILL)."""
