@@ -32,16 +32,60 @@ fn type_ids_names_and_sizes() {
         (GgmlType::F16, 1, "F16", 1, 2),
         (GgmlType::Q4_0, 2, "Q4_0", 32, 18),
         (GgmlType::Q4_1, 3, "Q4_1", 32, 20),
+        (GgmlType::Q5_0, 6, "Q5_0", 32, 22),
+        (GgmlType::Q5_1, 7, "Q5_1", 32, 24),
         (GgmlType::Q8_0, 8, "Q8_0", 32, 34),
+        (GgmlType::Q4_K, 12, "Q4_K", 256, 144),
+        (GgmlType::Q5_K, 13, "Q5_K", 256, 176),
+        (GgmlType::Q6_K, 14, "Q6_K", 256, 210),
+        (GgmlType::BF16, 30, "BF16", 1, 2),
     ] {
         assert_eq!(GgmlType::from_id(id), Ok(ty));
         assert_eq!((ty.id(), ty.name(), ty.block_len(), ty.block_bytes()), (id, name, len, bytes));
     }
-    assert_eq!(GgmlType::from_id(12), Err("Q4_K (ggml type id 12)".into()));
+    assert_eq!(GgmlType::from_id(11), Err("Q3_K (ggml type id 11)".into()));
+    assert_eq!(GgmlType::from_id(10), Err("Q2_K (ggml type id 10)".into()));
     assert_eq!(GgmlType::from_id(4), Err("unknown ggml type id 4".into()));
     assert_eq!(GgmlType::Q4_1.row_bytes(576), Some(18 * 20));
     assert_eq!(GgmlType::Q8_0.row_bytes(33), None);
     assert_eq!(GgmlType::F16.row_bytes(3), Some(6));
+    assert_eq!(GgmlType::Q6_K.row_bytes(896), None);
+    assert_eq!(GgmlType::Q4_K.row_bytes(2048), Some(8 * 144));
+}
+
+#[derive(serde::Deserialize)]
+struct BlockGolden {
+    #[serde(rename = "type")]
+    ty: String,
+    data: String,
+    weights: Vec<u32>,
+}
+
+#[derive(serde::Deserialize)]
+struct BlockGoldens {
+    goldens: Vec<BlockGolden>,
+}
+
+fn hex(s: &str) -> Vec<u8> {
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+}
+
+#[test]
+fn every_block_format_dequantizes_as_ggml_does() {
+    // Random blocks dequantized by gguf-py (llama.cpp's Python package, whose dequantizers follow
+    // ggml-quants.c): scripts/make_block_goldens.py. Same arithmetic in the same order: exact.
+    let file: BlockGoldens = serde_json::from_str(include_str!("fixtures/block_goldens.json")).unwrap();
+    let mut seen = Vec::new();
+    for g in &file.goldens {
+        let ty = (0..40).filter_map(|id| GgmlType::from_id(id).ok()).find(|t| t.name() == g.ty).unwrap_or_else(|| panic!("type {}", g.ty));
+        let got = deq(ty, &hex(&g.data));
+        assert_eq!(got.len(), g.weights.len(), "{}", g.ty);
+        for (i, (got, &want)) in got.iter().zip(&g.weights).enumerate() {
+            assert_eq!(got.to_bits(), want, "{} weight {i}: got {got}, want {}", g.ty, f32::from_bits(want));
+        }
+        seen.push(ty);
+    }
+    assert_eq!(seen.len(), 9, "every block format has goldens");
 }
 
 #[test]
@@ -211,10 +255,109 @@ fn q4_1_round_trip_budget() {
 }
 
 #[test]
+fn q5_0_round_trip_budget() {
+    // As Q4_0 with 32 codes: the weight of largest magnitude maps to -16, d = max / -16.
+    let x = test_values(64, 6);
+    check_budget(GgmlType::Q5_0, &x, |b, v| {
+        let max = b.iter().fold(0f32, |m, &v| if v.abs() > m.abs() { v } else { m });
+        let d = max / -16.0;
+        let rounding = if d != 0.0 && v / d > 15.5 { d.abs() } else { d.abs() / 2.0 };
+        rounding + 16.0 * f16_err(d) + f32_slack(amax(b))
+    });
+}
+
+#[test]
+fn q5_1_round_trip_budget() {
+    // As Q4_1 with 32 codes: d = (max - min) / 31.
+    let x = test_values(64, 7);
+    check_budget(GgmlType::Q5_1, &x, |b, _| {
+        let min = b.iter().copied().fold(f32::INFINITY, f32::min);
+        let max = b.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let d = (max - min) / 31.0;
+        d / 2.0 + f16_err(min) + 31.0 * f16_err(d) + f32_slack(amax(b))
+    });
+}
+
+#[test]
+fn bf16_round_trip() {
+    // Round to nearest with 8 significant bits: half a step, 2^-9 of the power of two below v,
+    // so within 2^-8 of v, in the normal range.
+    let x = test_values(8, 8);
+    check_budget(GgmlType::BF16, &x, |_, v| v.abs() / 256.0);
+}
+
+/// Super-block test values: 256-weight blocks whose 32-weight sub-blocks differ in scale and
+/// offset, as real rows do.
+fn super_block_values(n_blocks: usize, seed: u64) -> Vec<f32> {
+    let mut x = test_values(n_blocks * 8, seed);
+    let mut rng = SplitMix64(seed + 100);
+    for sub in x.chunks_mut(32) {
+        let offset = rng.normal() * 0.1 * amax(sub);
+        sub.iter_mut().for_each(|v| *v += offset);
+    }
+    x
+}
+
+/// Q4_K/Q5_K budget for weight `v` of sub-block `s` of super-block `b`: the sub-block's scale
+/// (max - min) / levels and min -min(min, 0) are stored as 6-bit multiples of d = largest scale
+/// / 63 and dmin = largest min / 63 (each f16), so each is off by at most half a step plus the
+/// f16 error of 63 steps. Inside the codes' range rounding costs half the stored scale; a value
+/// past either end is clamped, costing the min's error plus `levels` times the scale's.
+fn k_quant_budget(b: &[f32], s: usize, levels: f32) -> f32 {
+    let stats = |sub: &[f32]| {
+        let min = sub.iter().copied().fold(f32::INFINITY, f32::min).min(0.0);
+        let max = sub.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        ((max - min) / levels, -min)
+    };
+    let all: Vec<(f32, f32)> = b.chunks(32).map(stats).collect();
+    let d = all.iter().fold(0f32, |m, a| m.max(a.0)) / 63.0;
+    let dmin = all.iter().fold(0f32, |m, a| m.max(a.1)) / 63.0;
+    let scale_err = d / 2.0 + 63.0 * f16_err(d);
+    let min_err = dmin / 2.0 + 63.0 * f16_err(dmin);
+    (all[s].0 + scale_err) / 2.0 + min_err + levels * scale_err + f32_slack(amax(b))
+}
+
+fn check_k_quant_budget(ty: GgmlType, x: &[f32], budget: impl Fn(&[f32], usize) -> f32) {
+    let got = deq(ty, &quantize(ty, x));
+    assert_eq!(got.len(), x.len());
+    for (b, (xs, gs)) in x.chunks(256).zip(got.chunks(256)).enumerate() {
+        for (i, (&want, &got)) in xs.iter().zip(gs).enumerate() {
+            let limit = budget(xs, i);
+            let err = (got - want).abs();
+            assert!(err <= limit, "{} block {b} index {i}: got {got}, want {want}, error {err} over {limit}", ty.name());
+        }
+    }
+}
+
+#[test]
+fn q4_k_round_trip_budget() {
+    check_k_quant_budget(GgmlType::Q4_K, &super_block_values(16, 9), |b, i| k_quant_budget(b, i / 32, 15.0));
+}
+
+#[test]
+fn q5_k_round_trip_budget() {
+    check_k_quant_budget(GgmlType::Q5_K, &super_block_values(16, 10), |b, i| k_quant_budget(b, i / 32, 31.0));
+}
+
+#[test]
+fn q6_k_round_trip_budget() {
+    // Each 16-weight sub-block's value of largest magnitude maps to -32: scale s = max / -32,
+    // stored as an i8 multiple of d = largest |s| / 128 (f16), so off by half a step plus the
+    // f16 error of 128 steps. Rounding costs half the stored scale S; a value at the far end
+    // (x / S past 31.5) is clamped to 31, costing up to |S| plus 32 times the scale's error.
+    check_k_quant_budget(GgmlType::Q6_K, &super_block_values(16, 11), |b, i| {
+        let s = |sub: &[f32]| amax(sub) / 32.0;
+        let d = b.chunks(16).fold(0f32, |m, sub| m.max(s(sub))) / 128.0;
+        let scale_err = d / 2.0 + 128.0 * f16_err(d);
+        s(&b[i / 16 * 16..][..16]) + scale_err + 32.0 * scale_err + f32_slack(amax(b))
+    });
+}
+
+#[test]
 fn constant_blocks_round_trip() {
     // A zero block has d = 0 in every format and must come back as zeros, not NaN.
-    for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
-        assert_eq!(deq(ty, &quantize(ty, &[0.0; 64])), vec![0.0; 64], "{}", ty.name());
+    for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K] {
+        assert_eq!(deq(ty, &quantize(ty, &[0.0; 512])), vec![0.0; 512], "{}", ty.name());
     }
     // Q4_1 stores a constant block as its minimum with d = 0.
     assert_eq!(deq(GgmlType::Q4_1, &quantize(GgmlType::Q4_1, &[-3.25; 32])), vec![-3.25; 32]);

@@ -66,13 +66,46 @@ fn tiny_q4_1_model_in_small_batches_and_token_by_token() {
 
 #[test]
 fn every_weight_type_matches_the_reference() {
-    for ty in [GgmlType::F32, GgmlType::F16, GgmlType::Q4_0, GgmlType::Q8_0] {
+    for ty in [GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0] {
         let spec = SyntheticSpec { weight_type: ty, tied_embeddings: ty != GgmlType::F16, ..SyntheticSpec::tiny() };
         check(spec, EngineOptions::default(), 21);
     }
     // V, and up, of another type than the rest: q/k/v apart, gate and up apart then SiLU·mul.
     let spec = SyntheticSpec { ffn_up_type: Some(GgmlType::Q8_0), attn_v_type: Some(GgmlType::Q8_0), ..SyntheticSpec::tiny() };
     check(spec, EngineOptions::default(), 21);
+}
+
+#[test]
+fn k_quant_models_match_the_reference() {
+    // Rows of whole 256-weight super-blocks. Each K-quant alone, then Q4_K_M's mix (Q6_K V,
+    // embedding and tied LM head) with up in Q5_K, so q/k/v and gate/up are products apart.
+    for ty in [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K] {
+        check(SyntheticSpec { weight_type: ty, embedding_type: ty, ..SyntheticSpec::tiny_256() }, EngineOptions::default(), 21);
+    }
+    let mix = SyntheticSpec { ffn_up_type: Some(GgmlType::Q5_K), ..SyntheticSpec::tiny_256().q4_k_m() };
+    check(mix, EngineOptions { max_batch: 8, ..Default::default() }, 21);
+}
+
+#[test]
+fn llama3_rope_factors_match_the_reference() {
+    // Llama 3.2's RoPE (base 500000, rope_freqs.weight) over 200 positions, both decode shapes.
+    let spec = SyntheticSpec { rope_base: 500_000.0, llama3_rope: true, ..SyntheticSpec::tiny() };
+    check(spec.clone(), EngineOptions { max_batch: 8, ..Default::default() }, 200);
+    check(spec.clone(), EngineOptions { max_batch: 8, kernels: Some(KernelShapes::GPU), ..Default::default() }, 40);
+    // The factors are applied: the engine's logits are far nearer the reference's with them
+    // than without (they slow only the slow pairs, so the two models differ by ~1e-3).
+    let ids = tokens(200, spec.vocab_size);
+    let reference = |spec: &SyntheticSpec| {
+        let r = ReferenceModel::load(&GgufFile::parse(&spec.to_gguf()).unwrap()).unwrap();
+        let all = r.forward(&ids, &mut ReferenceCache::default());
+        all[all.len() - spec.vocab_size..].to_vec()
+    };
+    let gpu = Arc::new(open(LimitsPolicy::WebGpuDefault).unwrap());
+    let mut engine = block_on(&gpu, Engine::load(gpu.clone(), &spec.to_gguf(), &EngineOptions::default())).unwrap();
+    let got = block_on(&gpu, engine.logits(&mut Sequence::default(), &ids)).unwrap();
+    let with = rel_err(&got, &reference(&spec));
+    let without = rel_err(&got, &reference(&SyntheticSpec { llama3_rope: false, ..spec.clone() }));
+    assert!(without > 20.0 * with, "error {with:.2e} against the reference with the factors, {without:.2e} without");
 }
 
 #[test]

@@ -389,7 +389,7 @@ fn bad_shapes() {
 
 #[test]
 fn unsupported_tensor_types() {
-    for (id, name) in [(12, "Q4_K (ggml type id 12)"), (30, "BF16 (ggml type id 30)"), (200, "unknown ggml type id 200")] {
+    for (id, name) in [(11, "Q3_K (ggml type id 11)"), (23, "IQ4_XS (ggml type id 23)"), (200, "unknown ggml type id 200")] {
         let mut bytes = small();
         let at = tensor_fields(&bytes, Q4_TENSOR, 2).ty;
         put_u32(&mut bytes, at, id);

@@ -14,7 +14,34 @@ use radixlm::model::reference;
 use radixlm::model::synthetic::SplitMix64;
 use std::sync::OnceLock;
 
-const TYPES: [GgmlType; 5] = [GgmlType::F32, GgmlType::F16, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0];
+const TYPES: [GgmlType; 11] = [
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::BF16,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+];
+
+/// A row length that reaches the tails: 257 for one-weight types, an odd number of blocks
+/// otherwise (Q6_K's 210-byte blocks then start rows off word boundaries).
+fn odd_k(ty: GgmlType) -> usize {
+    match ty.block_len() {
+        1 => 257,
+        32 => 288,
+        bl => 3 * bl,
+    }
+}
+
+/// `k` rounded up to whole blocks of `ty`.
+fn fit_k(ty: GgmlType, k: usize) -> usize {
+    k.next_multiple_of(ty.block_len())
+}
 
 fn gpu(policy: LimitsPolicy) -> &'static Gpu {
     static ADAPTER: OnceLock<Gpu> = OnceLock::new();
@@ -100,25 +127,25 @@ fn matmul_every_type_and_shape() {
         let gpu = gpu(policy);
         let types: &[GgmlType] = if policy == LimitsPolicy::Adapter { &TYPES } else { &[GgmlType::F32, GgmlType::Q4_0] };
         for &ty in types {
-            let odd_k = if ty.block_len() == 1 { 257 } else { 288 };
+            let odd_k = odd_k(ty);
             for t in [1, 3, 7, 33, 70] {
                 check_matmul(gpu, &mut rng, DecodeShape::Rows, ty, t, odd_k, 257, None, false);
-                check_matmul(gpu, &mut rng, DecodeShape::Rows, ty, t, 96, 64, None, true);
+                check_matmul(gpu, &mut rng, DecodeShape::Rows, ty, t, fit_k(ty, 96), 64, None, true);
             }
             // An even number of blocks per row: Q4_0 and Q8_0 rows are then read by words.
             for t in [1, 7] {
-                check_matmul(gpu, &mut rng, DecodeShape::Rows, ty, t, 128, 37, None, false);
+                check_matmul(gpu, &mut rng, DecodeShape::Rows, ty, t, fit_k(ty, 128), 37, None, false);
             }
             // Forced multi-part weights: parts of 5 rows plus a short last one, both kernels.
             for t in [1, 33] {
-                let row = ty.row_bytes(96).unwrap() as u64;
-                check_matmul(gpu, &mut rng, DecodeShape::Rows, ty, t, 96, 64, Some(5 * row + 3), true);
+                let row = ty.row_bytes(fit_k(ty, 96)).unwrap() as u64;
+                check_matmul(gpu, &mut rng, DecodeShape::Rows, ty, t, fit_k(ty, 96), 64, Some(5 * row + 3), true);
             }
             // The GPU decode shape: odd rows and row lengths, up to MATVEC_MAX_T tokens, parts.
             for t in [1, 4] {
                 check_matmul(gpu, &mut rng, DecodeShape::Wide, ty, t, odd_k, 257, None, false);
-                let row = ty.row_bytes(96).unwrap() as u64;
-                check_matmul(gpu, &mut rng, DecodeShape::Wide, ty, t, 96, 64, Some(5 * row + 3), true);
+                let row = ty.row_bytes(fit_k(ty, 96)).unwrap() as u64;
+                check_matmul(gpu, &mut rng, DecodeShape::Wide, ty, t, fit_k(ty, 96), 64, Some(5 * row + 3), true);
             }
         }
     }
@@ -130,7 +157,7 @@ fn matmul_with_the_rmsnorm_prologue() {
     let gpu = gpu(LimitsPolicy::Adapter);
     for ty in TYPES {
         // Odd row lengths reach the tails; 128 reads Q4_0 and Q8_0 rows by block pairs.
-        for k in [if ty.block_len() == 1 { 257 } else { 288 }, 128] {
+        for k in [odd_k(ty), fit_k(ty, 128)] {
             let n = 37;
             let (data, w) = random_weight(&mut rng, ty, k, n);
             let gw = GpuWeight::upload(gpu, "w", ty, k, n, &data).unwrap();
@@ -155,7 +182,7 @@ fn gated_matmul_is_silu_of_the_gate_times_up() {
     let mut rng = SplitMix64(13);
     let gpu = gpu(LimitsPolicy::Adapter);
     for ty in TYPES {
-        let (k, f) = (if ty.block_len() == 1 { 257 } else { 288 }, 37);
+        let (k, f) = (odd_k(ty), 37);
         let (gate_data, gate) = random_weight(&mut rng, ty, k, f);
         let (up_data, up) = random_weight(&mut rng, ty, k, f);
         let gw = GpuWeight::upload(gpu, "gate_up", ty, k, 2 * f, &[gate_data, up_data].concat()).unwrap();
@@ -204,9 +231,12 @@ fn attention_input_rotates_q_and_k_into_the_kv_pages() {
     let gpu = gpu(LimitsPolicy::Adapter);
     // 3 query heads over 1 KV head of 32 (a GQA group of 3), pages of 16 tokens.
     let (h, hkv, d, page, base) = (3, 1, 32, 16, 10000.0);
+    // Frequencies divided by Llama 3.x-like factors (1 for the fast pairs up to 8 for the slow).
+    let factors: Vec<f32> = (0..d / 2).map(|i| 1.0 + (7 * i / (d / 2 - 1)) as f32).collect();
+    let freqs = radixlm::model::rope::freqs(d, base, 1.0, Some(&factors));
     let (nq, nkv) = (h * d, hkv * d);
     for ty in TYPES {
-        let k = if ty.block_len() == 1 { 257 } else { 288 };
+        let k = odd_k(ty);
         let weights: Vec<(Vec<u8>, Vec<f32>)> = [nq, nkv, nkv].iter().map(|&n| random_weight(&mut rng, ty, k, n)).collect();
         let whole: Vec<u8> = weights.iter().flat_map(|(d, _)| d.clone()).collect();
         let g: Vec<f32> = randn(&mut rng, k).iter().map(|v| 1.0 + 0.3 * v).collect();
@@ -215,8 +245,8 @@ fn attention_input_rotates_q_and_k_into_the_kv_pages() {
             let x = randn(&mut rng, t * k);
             let hn = reference::rmsnorm(&x, &g, 1e-5);
             let [mut want_q, mut want_k, want_v] = [0, 1, 2].map(|i| reference::matmul(&hn, &weights[i].1, k, [nq, nkv, nkv][i]));
-            reference::rope(&mut want_q, h, d, start, base);
-            reference::rope(&mut want_k, hkv, d, start, base);
+            reference::rope(&mut want_q, h, d, start, &freqs);
+            reference::rope(&mut want_k, hkv, d, start, &freqs);
             let (page_table, pool) = shuffled_pages(&mut rng, (start + t).div_ceil(page));
             let ptb = gpu.upload("page_table", bytemuck::cast_slice(&page_table));
             let step = gpu.uniform("step", &StepParams::new(t as u32, start as u32));
@@ -229,7 +259,7 @@ fn attention_input_rotates_q_and_k_into_the_kv_pages() {
                 let cache_bytes = (pool * page * nkv * 2) as u64;
                 let (kc, vc) = (gpu.storage("k_cache", cache_bytes), gpu.storage("v_cache", cache_bytes));
                 for (w, first_row) in &products {
-                    let at = AttentionInput { n_q: nq, n_kv: nkv, first_row: *first_row, head_dim: d, rope_base: base, page_size: page };
+                    let at = AttentionInput { n_q: nq, n_kv: nkv, first_row: *first_row, head_dim: d, rope_freqs: &freqs, page_size: page };
                     let op = Matmul::attention_input(gpu, shape, ty, k, w.n, 1e-5, at);
                     let b = op.bind_attention_input(gpu, &step, &xb, &gb, w, &qb, &ptb, [&kc, &vc]);
                     run(gpu, |p| op.encode(p, &b, t as u32));
@@ -302,7 +332,7 @@ fn embed_every_type_with_split_table() {
     let gpu = gpu(LimitsPolicy::Adapter);
     let v = 37;
     for ty in TYPES {
-        let c = if ty.block_len() == 1 { 257 } else { 96 };
+        let c = if ty.block_len() == 1 { 257 } else { fit_k(ty, 96) };
         let (data, table) = random_weight(&mut rng, ty, c, v);
         let row = ty.row_bytes(c).unwrap() as u64;
         let gw = GpuWeight::upload_with_max_part_bytes(gpu, "token_embd", ty, c, v, &data, 8 * row).unwrap();

@@ -169,6 +169,9 @@ enum Command {
 enum SynthPreset {
     /// Two layers, 192 wide, a 512-token byte-level vocabulary: a few MB.
     Tiny,
+    /// The tiny model 256 wide: rows of whole K-quant super-blocks.
+    #[value(name = "tiny-256")]
+    Tiny256,
     /// SmolLM2-135M's shapes.
     Smollm2_135m,
     /// Llama-3.2-1B's shapes.
@@ -177,12 +180,30 @@ enum SynthPreset {
 }
 
 #[derive(clap::ValueEnum, Clone, Copy)]
+#[allow(non_camel_case_types)] // ggml's own names
 enum SynthType {
     F32,
     F16,
+    Bf16,
+    #[value(name = "q8_0")]
     Q8_0,
+    #[value(name = "q4_0")]
     Q4_0,
+    #[value(name = "q4_1")]
     Q4_1,
+    #[value(name = "q5_0")]
+    Q5_0,
+    #[value(name = "q5_1")]
+    Q5_1,
+    #[value(name = "q4_k")]
+    Q4_K,
+    #[value(name = "q5_k")]
+    Q5_K,
+    #[value(name = "q6_k")]
+    Q6_K,
+    /// llama.cpp's Q4_K_M mix: Q4_K, with Q6_K for attention's V and the embedding.
+    #[value(name = "q4_k_m")]
+    Q4_K_M,
 }
 
 #[derive(Subcommand)]
@@ -306,19 +327,30 @@ fn run(cli: Cli) -> Result<(), AnyError> {
         Command::Synth { preset, r#type, untied, out } => {
             let mut spec = match preset {
                 SynthPreset::Tiny => SyntheticSpec::tiny(),
+                SynthPreset::Tiny256 => SyntheticSpec::tiny_256(),
                 SynthPreset::Smollm2_135m => SyntheticSpec::smollm2_135m_shape(),
                 SynthPreset::Llama3_2_1b => SyntheticSpec::llama_3_2_1b_shape(),
             };
             spec.tied_embeddings &= !untied;
             if let Some(ty) = r#type {
-                spec.weight_type = match ty {
-                    SynthType::F32 => GgmlType::F32,
-                    SynthType::F16 => GgmlType::F16,
-                    SynthType::Q8_0 => GgmlType::Q8_0,
-                    SynthType::Q4_0 => GgmlType::Q4_0,
-                    SynthType::Q4_1 => GgmlType::Q4_1,
+                let base = spec.clone();
+                let one = |ty| SyntheticSpec { weight_type: ty, ..base.clone() };
+                spec = match ty {
+                    SynthType::F32 => one(GgmlType::F32),
+                    SynthType::F16 => one(GgmlType::F16),
+                    SynthType::Bf16 => one(GgmlType::BF16),
+                    SynthType::Q8_0 => one(GgmlType::Q8_0),
+                    SynthType::Q4_0 => one(GgmlType::Q4_0),
+                    SynthType::Q4_1 => one(GgmlType::Q4_1),
+                    SynthType::Q5_0 => one(GgmlType::Q5_0),
+                    SynthType::Q5_1 => one(GgmlType::Q5_1),
+                    SynthType::Q4_K => one(GgmlType::Q4_K),
+                    SynthType::Q5_K => one(GgmlType::Q5_K),
+                    SynthType::Q6_K => one(GgmlType::Q6_K),
+                    SynthType::Q4_K_M => base.clone().q4_k_m(),
                 };
             }
+            spec.check_shapes().map_err(|e| format!("cannot write this preset in that type: {e}"))?;
             // Written beside the target and renamed, so a reader never sees half a file.
             let tmp = out.with_extension("partial");
             std::fs::write(&tmp, spec.to_gguf()).map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
@@ -448,6 +480,11 @@ fn info(path: &PathBuf) -> Result<(), AnyError> {
             println!("vocab:         {}", c.vocab_size);
             println!("context:       {}", c.n_ctx_train);
             println!("rope base:     {}", c.rope_base);
+            match (c.rope_factors, c.rope_freq_scale) {
+                (true, _) => println!("rope scaling:  Llama 3 frequency factors (rope_freqs.weight)"),
+                (false, s) if s != 1.0 => println!("rope scaling:  linear, factor {}", 1.0 / s),
+                _ => {}
+            }
             println!("rms eps:       {:e}", c.rms_eps);
             println!("tied embed:    {}", c.tied_embeddings);
         }

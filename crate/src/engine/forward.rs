@@ -120,7 +120,8 @@ impl Forward {
         let mut layers = Vec::with_capacity(cfg.n_layers);
         let mut attn_scratch = None;
         let (n_q, n_kv) = (cfg.n_embd, cfg.kv_dim());
-        let at = |first_row| AttentionInput { n_q, n_kv, first_row, head_dim: d, rope_base: cfg.rope_base, page_size: ps };
+        let rope_freqs = crate::model::rope::freqs(d, cfg.rope_base, cfg.rope_freq_scale, w.rope_factors.as_deref());
+        let at = |first_row| AttentionInput { n_q, n_kv, first_row, head_dim: d, rope_freqs: &rope_freqs, page_size: ps };
         // x += input · wᵀ: the residual adds of o and down.
         let residual = |input: &wgpu::Buffer, w: &GpuWeight| {
             let op = Matmul::with_decode_shape(gpu, shapes.decode, w.ty, w.k, w.n, true);

@@ -12,7 +12,7 @@ use crate::model::fingerprint::Fingerprinter;
 use crate::model::Config;
 use crate::tokenizer::{ChatTemplate, Tokenizer};
 
-use super::weights::{ModelWeights, UploadTarget};
+use super::weights::{Destination, ModelWeights, UploadTarget};
 use super::{Engine, EngineError, EngineOptions};
 
 /// First guess at the header's size; a longer header tells the parser how much more it needs.
@@ -51,6 +51,8 @@ struct Streaming {
     /// Bytes of `targets[next]` written so far, and those gathered but not yet written.
     written: u64,
     pending: Vec<u8>,
+    /// The bytes of `Destination::Host` targets, in order.
+    host: Vec<u8>,
     /// Header padding still to arrive before the data section starts.
     padding_left: u64,
     /// Offset in the data section of the next byte to arrive.
@@ -129,7 +131,7 @@ impl ModelLoader {
     pub async fn finish(mut self) -> Result<Engine, EngineError> {
         // A file smaller than the first guess at its header, or of unknown length, is whole now.
         self.try_header(true)?;
-        let s = match std::mem::replace(&mut self.state, State::Failed) {
+        let mut s = match std::mem::replace(&mut self.state, State::Failed) {
             State::Data(s) => s,
             State::Header { .. } | State::Failed => return Err(EngineError::LoaderFailed),
         };
@@ -137,6 +139,10 @@ impl ModelLoader {
             let what = s.header.tensors.iter().find(|i| i.offset <= t.offset && t.offset < i.offset + i.n_bytes).map_or("tensor data".to_string(), |i| format!("tensor {:?}", i.name));
             let end = s.header.data_offset + t.offset + t.len;
             return Err(GgufError::Truncated { what, offset: self.pushed, needed: end - self.pushed, len: self.pushed }.into());
+        }
+        if s.cfg.rope_factors {
+            // The only host tensor: f32, its shape checked with the config.
+            s.weights.rope_factors = Some(s.host.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect());
         }
         s.alloc.finish().await?;
         let name = s.header.get("general.name").and_then(|v| v.as_str()).unwrap_or("model").to_string();
@@ -152,7 +158,7 @@ impl Streaming {
         let fingerprint = Fingerprinter::new(&header);
         let alloc = gpu.alloc_scope("the model's weights");
         let (weights, targets) = ModelWeights::allocate(gpu, &header, &cfg)?;
-        Ok(Self { header, cfg, tokenizer, chat_template, weights, targets, next: 0, written: 0, pending: Vec::new(), padding_left: 0, pos: 0, fingerprint, alloc })
+        Ok(Self { header, cfg, tokenizer, chat_template, weights, targets, next: 0, written: 0, pending: Vec::new(), host: Vec::new(), padding_left: 0, pos: 0, fingerprint, alloc })
     }
 
     /// Takes the data section's next bytes: each run that belongs to a weight buffer is
@@ -183,7 +189,10 @@ impl Streaming {
             if done || self.pending.len() >= WRITE_CHUNK {
                 // Whole words only until the last, which `write_padded` pads.
                 let n = if done { self.pending.len() } else { self.pending.len() / 4 * 4 };
-                write_padded(gpu, &t.buffer, t.dst_offset + self.written, &self.pending[..n]);
+                match &t.dest {
+                    Destination::Gpu { buffer, dst_offset } => write_padded(gpu, buffer, dst_offset + self.written, &self.pending[..n]),
+                    Destination::Host => self.host.extend_from_slice(&self.pending[..n]),
+                }
                 self.written += n as u64;
                 self.pending.drain(..n);
             }

@@ -38,15 +38,23 @@ pub struct ModelWeights {
     /// The LM head: `output.weight`, or the token embedding when tied.
     pub output: Option<GpuWeight>, // (V rows of C)
     pub layers: Vec<LayerWeights>,
+    /// Llama 3.x's RoPE frequency factors (D / 2), read on the CPU: they shape the frequency
+    /// table (model/rope.rs). Filled by the loader once their bytes have arrived.
+    pub rope_factors: Option<Vec<f32>>,
 }
 
-/// Where a run of the file's tensor data goes: `len` bytes at `offset` in the data section
-/// go to `buffer` from byte `dst_offset` (a multiple of 4).
+/// Where a run of the file's tensor data goes: `len` bytes at `offset` in the data section.
 pub struct UploadTarget {
     pub offset: u64,
     pub len: u64,
-    pub buffer: wgpu::Buffer,
-    pub dst_offset: u64,
+    pub dest: Destination,
+}
+
+pub enum Destination {
+    /// To `buffer` from byte `dst_offset` (a multiple of 4).
+    Gpu { buffer: wgpu::Buffer, dst_offset: u64 },
+    /// Kept in memory for the CPU (a few small tensors).
+    Host,
 }
 
 impl ModelWeights {
@@ -61,14 +69,14 @@ impl ModelWeights {
             let w = GpuWeight::allocate(gpu, name, t.ty, k, n)?;
             let mut targets = targets.borrow_mut();
             for (buffer, range) in w.part_ranges() {
-                targets.push(UploadTarget { offset: t.offset + range.start as u64, len: range.len() as u64, buffer: buffer.clone(), dst_offset: 0 });
+                targets.push(UploadTarget { offset: t.offset + range.start as u64, len: range.len() as u64, dest: Destination::Gpu { buffer: buffer.clone(), dst_offset: 0 } });
             }
             Ok(w)
         };
         let vector = |name: &str| -> Result<wgpu::Buffer, EngineError> {
             let t = info(name)?;
             let buffer = gpu.storage(name, t.n_bytes);
-            targets.borrow_mut().push(UploadTarget { offset: t.offset, len: t.n_bytes, buffer: buffer.clone(), dst_offset: 0 });
+            targets.borrow_mut().push(UploadTarget { offset: t.offset, len: t.n_bytes, dest: Destination::Gpu { buffer: buffer.clone(), dst_offset: 0 } });
             Ok(buffer)
         };
         // Tensors of one type and row length stacked in one buffer (one after another, each
@@ -86,7 +94,7 @@ impl ModelWeights {
             let mut targets = targets.borrow_mut();
             let mut dst_offset = 0;
             for t in &infos {
-                targets.push(UploadTarget { offset: t.offset, len: t.n_bytes, buffer: part.buffer.clone(), dst_offset });
+                targets.push(UploadTarget { offset: t.offset, len: t.n_bytes, dest: Destination::Gpu { buffer: part.buffer.clone(), dst_offset } });
                 dst_offset += t.n_bytes;
             }
             Ok(Some(w))
@@ -119,8 +127,13 @@ impl ModelWeights {
             output_norm: vector("output_norm.weight")?,
             output: if cfg.tied_embeddings { None } else { Some(matrix("output.weight")?) },
             layers,
+            rope_factors: None,
         };
         let mut targets = targets.into_inner();
+        if cfg.rope_factors {
+            let t = info(crate::model::rope::FACTORS_TENSOR)?;
+            targets.push(UploadTarget { offset: t.offset, len: t.n_bytes, dest: Destination::Host });
+        }
         targets.sort_by_key(|t| t.offset);
         Ok((weights, targets))
     }

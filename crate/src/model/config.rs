@@ -37,6 +37,10 @@ pub struct Config {
     /// Context length the model was trained for.
     pub n_ctx_train: usize,
     pub rope_base: f32,
+    /// Linear RoPE scaling's 1 / factor (1 without scaling): model/rope.rs.
+    pub rope_freq_scale: f32,
+    /// Llama 3.x's per-pair RoPE frequency factors are in the file (`rope_freqs.weight`).
+    pub rope_factors: bool,
     pub rms_eps: f32,
     /// True when `output.weight` is absent and the token embedding doubles as the LM head.
     pub tied_embeddings: bool,
@@ -67,6 +71,22 @@ impl Config {
             Some(_) => f.require_f64(&format!("{arch}.rope.freq_base"))? as f32,
             None => 10_000.0,
         };
+        // Sliding-window attention forgets keys past the window: a prefix cache that keeps every
+        // position would compute something else, so such models are refused, not run wrong.
+        if let Some(w) = f.get(&format!("{arch}.attention.sliding_window")) {
+            return Err(ModelError::BadConfig(format!("sliding-window attention ({arch}.attention.sliding_window = {w:?}) is not supported")));
+        }
+        let rope_freq_scale = match f.get(&format!("{arch}.rope.scaling.type")).and_then(|v| v.as_str()) {
+            None | Some("none") => 1.0,
+            Some("linear") => {
+                let factor = f.require_f64(&format!("{arch}.rope.scaling.factor"))?;
+                if !(factor.is_finite() && factor >= 1.0) {
+                    return Err(ModelError::BadConfig(format!("linear RoPE scaling factor {factor} is not a finite number >= 1")));
+                }
+                (1.0 / factor) as f32
+            }
+            Some(s) => return Err(ModelError::BadConfig(format!("RoPE scaling {s:?} is not supported (none, linear and Llama 3's rope_freqs are)"))),
+        };
         let cfg = Config {
             n_layers: u("block_count")?,
             n_embd,
@@ -77,6 +97,8 @@ impl Config {
             vocab_size,
             n_ctx_train: u("context_length")?,
             rope_base,
+            rope_freq_scale,
+            rope_factors: f.tensor_info(super::rope::FACTORS_TENSOR).is_some(),
             rms_eps: f.require_f64(&format!("{arch}.attention.layer_norm_rms_epsilon"))? as f32,
             tied_embeddings: f.tensor_info("output.weight").is_none(),
         };
@@ -87,11 +109,6 @@ impl Config {
                     "partial rotary embeddings (rope.dimension_count {rd} < head dim {}) are not supported",
                     cfg.head_dim
                 )));
-            }
-        }
-        if let Some(s) = f.get(&format!("{arch}.rope.scaling.type")).and_then(|v| v.as_str()) {
-            if s != "none" {
-                return Err(ModelError::BadConfig(format!("RoPE scaling {s:?} is not supported")));
             }
         }
         cfg.check_tensors(f)?;
@@ -136,6 +153,9 @@ impl Config {
         if !self.tied_embeddings {
             t.push(("output.weight".into(), vec![c, v]));
         }
+        if self.rope_factors {
+            t.push((super::rope::FACTORS_TENSOR.into(), vec![self.head_dim as u64 / 2]));
+        }
         for i in 0..self.n_layers {
             let n = |s: &str| format!("blk.{i}.{s}.weight");
             t.extend([
@@ -167,7 +187,7 @@ impl Config {
             if info.dims != want {
                 return Err(ModelError::TensorShape { name, got: info.dims.clone(), want });
             }
-            // Norm weights are applied elementwise in f32 kernels.
+            // Norm weights (and RoPE's factors) are read as f32.
             if want.len() == 1 && info.ty != GgmlType::F32 {
                 return Err(ModelError::TensorType { name, ty: info.ty.name() });
             }
@@ -179,12 +199,40 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gguf::GgufFile;
+    use crate::gguf::{GgufFile, MetaValue};
     use crate::model::synthetic::SyntheticSpec;
 
     fn config_of(spec: &SyntheticSpec) -> Result<Config, ModelError> {
         let bytes = spec.to_gguf();
         Config::from_gguf(&GgufFile::parse(&bytes).unwrap())
+    }
+
+    fn with_meta(key: &str, value: MetaValue) -> SyntheticSpec {
+        SyntheticSpec { extra_metadata: vec![(key.into(), value)], ..SyntheticSpec::tiny() }
+    }
+
+    #[test]
+    fn sliding_window_models_are_refused_by_name() {
+        let err = config_of(&with_meta("llama.attention.sliding_window", MetaValue::U32(4096))).unwrap_err().to_string();
+        assert!(err.contains("sliding-window attention") && err.contains("4096"), "{err}");
+    }
+
+    #[test]
+    fn rope_scaling_linear_is_read_and_others_are_refused() {
+        let linear = SyntheticSpec {
+            extra_metadata: vec![("llama.rope.scaling.type".into(), MetaValue::String("linear".into())), ("llama.rope.scaling.factor".into(), MetaValue::F32(4.0))],
+            ..SyntheticSpec::tiny()
+        };
+        assert_eq!(config_of(&linear).unwrap().rope_freq_scale, 0.25);
+        let err = config_of(&with_meta("llama.rope.scaling.type", MetaValue::String("yarn".into()))).unwrap_err().to_string();
+        assert!(err.contains("\"yarn\" is not supported"), "{err}");
+    }
+
+    #[test]
+    fn llama3_rope_factors_are_found_and_their_shape_checked() {
+        let cfg = config_of(&SyntheticSpec { llama3_rope: true, ..SyntheticSpec::tiny() }).unwrap();
+        assert!(cfg.rope_factors);
+        assert!(!config_of(&SyntheticSpec::tiny()).unwrap().rope_factors);
     }
 
     #[test]

@@ -4,6 +4,7 @@
 pub mod config;
 pub mod fingerprint;
 pub mod reference;
+pub mod rope;
 pub mod synthetic;
 
 pub use config::{Config, ModelError};

@@ -34,14 +34,13 @@ pub fn matmul(x: &[f32], w: &[f32], k: usize, n: usize) -> Vec<f32> {
 
 /// Rotary position embedding, in place, on x (T, H, D) for positions `start_pos + t`.
 /// llama.cpp's "normal" mode for llama: adjacent pairs (x[2i], x[2i+1]) rotate by
-/// `pos · base^(-2i/D)` (the GGUF converter permutes Q and K weights to match).
-pub fn rope(x: &mut [f32], n_heads: usize, head_dim: usize, start_pos: usize, base: f32) {
+/// `pos · freqs[i]` (model/rope.rs; the GGUF converter permutes Q and K weights to match).
+pub fn rope(x: &mut [f32], n_heads: usize, head_dim: usize, start_pos: usize, freqs: &[f32]) {
     for (t, tok) in x.chunks_exact_mut(n_heads * head_dim).enumerate() {
         let pos = (start_pos + t) as f32;
         for head in tok.chunks_exact_mut(head_dim) {
-            for i in 0..head_dim / 2 {
-                let theta = pos * base.powf(-2.0 * i as f32 / head_dim as f32);
-                let (s, c) = theta.sin_cos();
+            for (i, &freq) in freqs.iter().enumerate().take(head_dim / 2) {
+                let (s, c) = (pos * freq).sin_cos();
                 let (a, b) = (head[2 * i], head[2 * i + 1]);
                 head[2 * i] = a * c - b * s;
                 head[2 * i + 1] = a * s + b * c;
@@ -112,6 +111,7 @@ pub struct ReferenceModel {
     output_norm: Vec<f32>, // (C)
     output: Option<Vec<f32>>, // (V, C); None when tied to token_embd
     layers: Vec<Layer>,
+    rope_freqs: Vec<f32>, // (D / 2) model/rope.rs
 }
 
 /// The reference's KV cache: every position's rotated keys and values, per layer.
@@ -149,7 +149,9 @@ impl ReferenceModel {
                 })
             })
             .collect::<Result<_, ModelError>>()?;
+        let factors = if cfg.rope_factors { Some(t(super::rope::FACTORS_TENSOR)?) } else { None };
         Ok(Self {
+            rope_freqs: super::rope::freqs(cfg.head_dim, cfg.rope_base, cfg.rope_freq_scale, factors.as_deref()),
             kv_f16: true,
             token_embd: t("token_embd.weight")?,
             output_norm: t("output_norm.weight")?,
@@ -177,8 +179,8 @@ impl ReferenceModel {
             let mut q = matmul(&h, &w.wq, c, c);
             let mut k = matmul(&h, &w.wk, c, kvd);
             let v = matmul(&h, &w.wv, c, kvd);
-            rope(&mut q, cfg.n_heads, d, start_pos, cfg.rope_base);
-            rope(&mut k, cfg.n_kv_heads, d, start_pos, cfg.rope_base);
+            rope(&mut q, cfg.n_heads, d, start_pos, &self.rope_freqs);
+            rope(&mut k, cfg.n_kv_heads, d, start_pos, &self.rope_freqs);
             let stored = |x: Vec<f32>| -> Vec<f32> {
                 if self.kv_f16 {
                     x.into_iter().map(|v| half::f16::from_f32(v).to_f32()).collect()

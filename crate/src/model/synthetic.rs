@@ -14,14 +14,21 @@ pub struct SyntheticSpec {
     pub n_kv_heads: usize,
     pub vocab_size: usize,
     pub n_ctx: usize,
-    /// Type of the projection matrices; norms stay F32, the embedding is Q8_0 like SmolLM2's.
+    /// Type of the projection matrices; norms stay F32.
     pub weight_type: GgmlType,
+    /// Type of the token embedding (and of the LM head when tied): Q8_0 like SmolLM2's.
+    pub embedding_type: GgmlType,
     /// The FFN up projection's type when it differs from the other projections' (as in the
     /// mixed quantizations, Q4_K_M's among them).
     pub ffn_up_type: Option<GgmlType>,
     /// The same for attention's V projection (Q4_K_M's is Q6_K).
     pub attn_v_type: Option<GgmlType>,
     pub tied_embeddings: bool,
+    pub rope_base: f32,
+    /// Llama 3.x's RoPE frequency factors (`rope_freqs.weight`, from Llama 3.2's scaling).
+    pub llama3_rope: bool,
+    /// More metadata, written after the rest (keys the writer does not already write).
+    pub extra_metadata: Vec<(String, MetaValue)>,
     pub seed: u64,
 }
 
@@ -37,11 +44,21 @@ impl SyntheticSpec {
             vocab_size: 512,
             n_ctx: 1024,
             weight_type: GgmlType::Q4_1,
+            embedding_type: GgmlType::Q8_0,
             ffn_up_type: None,
             attn_v_type: None,
             tied_embeddings: true,
+            rope_base: 10_000.0,
+            llama3_rope: false,
+            extra_metadata: Vec::new(),
             seed: 7,
         }
+    }
+
+    /// The tiny model 256 wide (4 heads of 64 over 2 KV heads, FFN 512): every row a whole
+    /// number of K-quant super-blocks.
+    pub fn tiny_256() -> Self {
+        Self { n_embd: 256, n_ff: 512, n_heads: 4, n_kv_heads: 2, ..Self::tiny() }
     }
 
     /// The shapes of SmolLM2-135M (30 layers, 576 wide, 9 heads over 3 KV heads).
@@ -55,15 +72,20 @@ impl SyntheticSpec {
             vocab_size: 49152,
             n_ctx: 8192,
             weight_type: GgmlType::Q4_1,
+            embedding_type: GgmlType::Q8_0,
             ffn_up_type: None,
             attn_v_type: None,
             tied_embeddings: true,
+            rope_base: 100_000.0,
+            llama3_rope: false,
+            extra_metadata: Vec::new(),
             seed: 1,
         }
     }
 
     /// The shapes of Llama-3.2-1B (16 layers, 2048 wide, 32 heads over 8 KV heads, a 128k
-    /// vocabulary), tied embeddings; about 0.8 GB in Q4_0.
+    /// vocabulary), tied embeddings, its RoPE (base 500000, Llama 3 scaling); about 0.8 GB in
+    /// Q4_0.
     pub fn llama_3_2_1b_shape() -> Self {
         Self {
             n_layers: 16,
@@ -74,11 +96,41 @@ impl SyntheticSpec {
             vocab_size: 128256,
             n_ctx: 131072,
             weight_type: GgmlType::Q4_0,
+            embedding_type: GgmlType::Q8_0,
             ffn_up_type: None,
             attn_v_type: None,
             tied_embeddings: true,
+            rope_base: 500_000.0,
+            llama3_rope: true,
+            extra_metadata: Vec::new(),
             seed: 1,
         }
+    }
+
+    /// The Q4_K_M mix of llama.cpp's quantizer: K-quant projections, Q6_K where it spends more
+    /// bits (attention's V, the embedding and LM head).
+    pub fn q4_k_m(self) -> Self {
+        Self { weight_type: GgmlType::Q4_K, attn_v_type: Some(GgmlType::Q6_K), embedding_type: GgmlType::Q6_K, ..self }
+    }
+
+    /// Why this spec cannot be written: a tensor whose row length is not a whole number of its
+    /// type's blocks (K-quants need multiples of 256).
+    pub fn check_shapes(&self) -> Result<(), String> {
+        let f = self.n_ff;
+        let c = self.n_embd;
+        let rows = [
+            ("embedding", self.embedding_type, c),
+            ("projection", self.weight_type, c),
+            ("FFN down projection", self.weight_type, f),
+            ("attention V", self.attn_v_type.unwrap_or(self.weight_type), c),
+            ("FFN up projection", self.ffn_up_type.unwrap_or(self.weight_type), c),
+        ];
+        for (what, ty, k) in rows {
+            if ty.row_bytes(k).is_none() {
+                return Err(format!("the {what} rows of {k} weights are not a whole number of {} blocks ({} weights)", ty.name(), ty.block_len()));
+            }
+        }
+        Ok(())
     }
 
     pub fn to_gguf(&self) -> Vec<u8> {
@@ -93,10 +145,13 @@ impl SyntheticSpec {
             .meta("llama.feed_forward_length", u32m(self.n_ff))
             .meta("llama.attention.head_count", u32m(self.n_heads))
             .meta("llama.attention.head_count_kv", u32m(self.n_kv_heads))
-            .meta("llama.rope.freq_base", MetaValue::F32(10_000.0))
+            .meta("llama.rope.freq_base", MetaValue::F32(self.rope_base))
             .meta("llama.attention.layer_norm_rms_epsilon", MetaValue::F32(1e-5))
             .meta("llama.vocab_size", u32m(self.vocab_size));
         self.write_tokenizer(&mut w);
+        for (key, value) in &self.extra_metadata {
+            w.meta(key, value.clone());
+        }
         let (c, f, v) = (self.n_embd as u64, self.n_ff as u64, self.vocab_size as u64);
         let kv = (self.n_kv_heads * (self.n_embd / self.n_heads)) as u64;
         // Scales chosen so activations stay O(1) through the layers.
@@ -104,7 +159,7 @@ impl SyntheticSpec {
             let vals: Vec<f32> = (0..cols * rows).map(|_| rng.normal() * std).collect();
             w.tensor(name, &[cols, rows], ty, &vals);
         };
-        mat(&mut w, &mut rng, "token_embd.weight", c, v, GgmlType::Q8_0, 1.0);
+        mat(&mut w, &mut rng, "token_embd.weight", c, v, self.embedding_type, 1.0);
         let norm = |w: &mut GgufWriter, name: &str, rng: &mut SplitMix64| {
             let vals: Vec<f32> = (0..c).map(|_| 1.0 + 0.1 * rng.normal()).collect();
             w.tensor(name, &[c], GgmlType::F32, &vals);
@@ -125,11 +180,36 @@ impl SyntheticSpec {
             mat(&mut w, &mut rng, &n("ffn_down"), f, c, ty, s_f);
         }
         norm(&mut w, "output_norm.weight", &mut rng);
+        if self.llama3_rope {
+            w.tensor(crate::model::rope::FACTORS_TENSOR, &[c / self.n_heads as u64 / 2], GgmlType::F32, &llama3_rope_factors(self.n_embd / self.n_heads, self.rope_base));
+        }
         if !self.tied_embeddings {
             mat(&mut w, &mut rng, "output.weight", c, v, self.weight_type, s_c);
         }
         w.to_bytes()
     }
+}
+
+/// Llama 3.x's RoPE frequency factors as its converter computes them (convert_hf_to_gguf.py),
+/// with Llama 3.2's scaling: factor 32, low- and high-frequency factors 1 and 4 over an original
+/// context of 8192. Pairs turning faster than the high-frequency wavelength keep theirs; slower
+/// than the low one, divided by 32; in between, a smooth mix.
+pub fn llama3_rope_factors(head_dim: usize, base: f32) -> Vec<f32> {
+    let (factor, low, high, old_ctx) = (32.0f64, 1.0f64, 4.0f64, 8192.0f64);
+    (0..head_dim / 2)
+        .map(|i| {
+            let freq = 1.0 / (base as f64).powf(2.0 * i as f64 / head_dim as f64);
+            let wavelen = 2.0 * std::f64::consts::PI / freq;
+            if wavelen < old_ctx / high {
+                1.0
+            } else if wavelen > old_ctx / low {
+                factor as f32
+            } else {
+                let smooth = (old_ctx / wavelen - low) / (high - low);
+                (1.0 / ((1.0 - smooth) / factor + smooth)) as f32
+            }
+        })
+        .collect()
 }
 
 impl SyntheticSpec {

@@ -68,36 +68,34 @@ impl MatmulBinding {
 
 /// A product fused with its neighbours (matmul.wgsl GATED, ATTN_IN).
 #[derive(Debug, Clone, Copy, PartialEq)]
-enum Fused {
+enum Fused<'a> {
     No,
     Gated,
-    AttentionInput(AttentionInput),
+    AttentionInput(AttentionInput<'a>),
 }
 
 /// Where an attention-input product's rows go (matmul.wgsl ATTN_IN): its rows are rows
 /// `first_row ..` of the layer's whole q/k/v weight (`n_q` rows of q in heads of `head_dim`,
-/// then `n_kv` of k and `n_kv` of v); q and k are rotated by RoPE with `rope_base`, q written
-/// to its buffer and k and v to the KV pages of `page_size` tokens.
+/// then `n_kv` of k and `n_kv` of v); q and k are rotated by RoPE, pair i of a head by
+/// pos · `rope_freqs[i]` (model/rope.rs), q written to its buffer and k and v to the KV pages
+/// of `page_size` tokens.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct AttentionInput {
+pub struct AttentionInput<'a> {
     pub n_q: usize,
     pub n_kv: usize,
     pub first_row: usize,
     pub head_dim: usize,
-    pub rope_base: f32,
+    pub rope_freqs: &'a [f32],
     pub page_size: usize,
 }
 
 /// Pairs of a head matmul.wgsl `RopeFreqs` holds: head dimensions up to 256.
 const MAX_ROPE_PAIRS: usize = super::attention_paged::MAX_HEAD_DIM / 2;
 
-/// RoPE's angle per position for each pair i of a head, base^(-2i/head_dim), computed in f64 so
-/// that the angle pos · freq is one f32 rounding from exact (the GPU's pow is coarser).
-fn rope_freqs(head_dim: usize, base: f32) -> [f32; MAX_ROPE_PAIRS] {
+/// matmul.wgsl `RopeFreqs`: `freqs` padded with zeros.
+fn rope_uniform(freqs: &[f32]) -> [f32; MAX_ROPE_PAIRS] {
     let mut f = [0.0; MAX_ROPE_PAIRS];
-    for (i, v) in f.iter_mut().enumerate().take(head_dim / 2) {
-        *v = (base as f64).powf(-2.0 * i as f64 / head_dim as f64) as f32;
-    }
+    f.iter_mut().zip(freqs).for_each(|(f, v)| *f = *v);
     f
 }
 
@@ -143,12 +141,12 @@ impl Matmul {
     /// Attention's input, rmsnorm(x)·Wᵀ for a weight of `n` rows (the whole q/k/v weight, or q,
     /// k or v alone, as `at` says), with RoPE and the f16 KV-cache write as its epilogue; bound
     /// with `bind_attention_input`.
-    pub fn attention_input(gpu: &Gpu, decode: DecodeShape, ty: GgmlType, k: usize, n: usize, eps: f32, at: AttentionInput) -> Self {
+    pub fn attention_input(gpu: &Gpu, decode: DecodeShape, ty: GgmlType, k: usize, n: usize, eps: f32, at: AttentionInput<'_>) -> Self {
         Self::build(gpu, decode, ty, k, n, false, Some(eps), Fused::AttentionInput(at))
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn build(gpu: &Gpu, decode: DecodeShape, ty: GgmlType, k: usize, n: usize, accumulate: bool, norm_eps: Option<f32>, fused: Fused) -> Self {
+    fn build(gpu: &Gpu, decode: DecodeShape, ty: GgmlType, k: usize, n: usize, accumulate: bool, norm_eps: Option<f32>, fused: Fused<'_>) -> Self {
         let gated = fused == Fused::Gated;
         let at = match fused {
             Fused::AttentionInput(at) => Some(at),
@@ -177,7 +175,7 @@ impl Matmul {
         };
         let prefill = gpu.pipeline(&KERNEL, key("matmul_rows", PREFILL_TOKENS));
         let unused_caches = [gpu.storage("matmul.unused_k_cache", 4), gpu.storage("matmul.unused_v_cache", 4)];
-        let rope_freqs = gpu.uniform("matmul.rope_freqs", &at.map_or([0.0; MAX_ROPE_PAIRS], |a| rope_freqs(a.head_dim, a.rope_base)));
+        let rope_freqs = gpu.uniform("matmul.rope_freqs", &rope_uniform(at.map_or(&[], |a| a.rope_freqs)));
         Self { ty, k, n, norm: norm_eps.is_some(), attention_input: at.is_some(), unused_caches, rope_freqs, decode, matvec, prefill }
     }
 
