@@ -139,12 +139,16 @@ enum Command {
     Synth {
         #[arg(long, value_enum, default_value_t = SynthPreset::Tiny)]
         preset: SynthPreset,
-        /// Type of the projection matrices (the preset's own when absent).
+        /// Type of the projection matrices (the preset's own when absent); a float type is the
+        /// embedding's too.
         #[arg(long, value_enum)]
         r#type: Option<SynthType>,
         /// A separate LM head (with tied embeddings a random model mostly repeats its input).
         #[arg(long)]
         untied: bool,
+        /// Llama 3.x's RoPE: base 500000 and its frequency factors (`rope_freqs.weight`).
+        #[arg(long)]
+        llama3_rope: bool,
         #[arg(long)]
         out: PathBuf,
     },
@@ -324,7 +328,7 @@ fn run(cli: Cli) -> Result<(), AnyError> {
             print_stats(&gen);
             Ok(())
         }
-        Command::Synth { preset, r#type, untied, out } => {
+        Command::Synth { preset, r#type, untied, llama3_rope, out } => {
             let mut spec = match preset {
                 SynthPreset::Tiny => SyntheticSpec::tiny(),
                 SynthPreset::Tiny256 => SyntheticSpec::tiny_256(),
@@ -332,13 +336,18 @@ fn run(cli: Cli) -> Result<(), AnyError> {
                 SynthPreset::Llama3_2_1b => SyntheticSpec::llama_3_2_1b_shape(),
             };
             spec.tied_embeddings &= !untied;
+            if llama3_rope {
+                spec = SyntheticSpec { rope_base: 500_000.0, llama3_rope: true, ..spec };
+            }
             if let Some(ty) = r#type {
                 let base = spec.clone();
                 let one = |ty| SyntheticSpec { weight_type: ty, ..base.clone() };
+                // A float model is float throughout: the base a quantizer starts from.
+                let float = |ty| SyntheticSpec { weight_type: ty, embedding_type: ty, ..base.clone() };
                 spec = match ty {
-                    SynthType::F32 => one(GgmlType::F32),
-                    SynthType::F16 => one(GgmlType::F16),
-                    SynthType::Bf16 => one(GgmlType::BF16),
+                    SynthType::F32 => float(GgmlType::F32),
+                    SynthType::F16 => float(GgmlType::F16),
+                    SynthType::Bf16 => float(GgmlType::BF16),
                     SynthType::Q8_0 => one(GgmlType::Q8_0),
                     SynthType::Q4_0 => one(GgmlType::Q4_0),
                     SynthType::Q4_1 => one(GgmlType::Q4_1),
