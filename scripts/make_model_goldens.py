@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Writes crate/tests/fixtures/models/: a small synthetic llama model (radixlm's own writer,
-`synth --preset tiny-256 --untied --llama3-rope`: 2 layers, 256 wide, Llama 3.x's RoPE factors)
+"""Writes crate/tests/fixtures/models/: two small synthetic models written by radixlm's own
+writer (`synth --preset tiny-256 --layers 1 --untied`: one layer, 256 wide), a llama with
+Llama 3.x's RoPE factors (`--llama3-rope`) and a qwen2 (`--qwen2`: biases, NEOX RoPE), each
 quantized by llama.cpp's own quantizer to each format mix users download, and goldens.json:
 on each file, llama.cpp's logits after a prompt and its 32 greedy tokens (with each step's top
 two logits, for the near-tie rule); and llama.cpp's logits on its own dequantization of the
@@ -82,18 +83,19 @@ def main():
     without_weight_repacking()
     OUT.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
-        base = pathlib.Path(tmp) / "base.f32.gguf"
-        subprocess.run(["cargo", "run", "--quiet", "--bin", "radixlm", "--", "synth", "--preset", "tiny-256",
-                        "--untied", "--llama3-rope", "--type", "f32", "--out", str(base)], cwd=ROOT, check=True)
         cases = []
-        for name, ftype in FTYPES.items():
-            dst = OUT / f"tiny-256.{name}.gguf"
-            quantize(base, dst, ftype)
-            dequantized = pathlib.Path(tmp) / f"{name}.f32.gguf"
-            quantize(dst, dequantized, llama_cpp.LLAMA_FTYPE_ALL_F32)
-            case = {"file": dst.name, "ftype": name, **goldens(dst, dequantized)}
-            print(f"{dst.name}: {dst.stat().st_size} bytes, greedy {case['greedy_ids'][:8]}...", file=sys.stderr)
-            cases.append(case)
+        for arch, flag in [("llama3", "--llama3-rope"), ("qwen2", "--qwen2")]:
+            base = pathlib.Path(tmp) / f"{arch}.f32.gguf"
+            subprocess.run(["cargo", "run", "--quiet", "--bin", "radixlm", "--", "synth", "--preset", "tiny-256", "--layers", "1",
+                            "--untied", flag, "--type", "f32", "--out", str(base)], cwd=ROOT, check=True)
+            for name, ftype in FTYPES.items():
+                dst = OUT / f"{arch}-tiny.{name}.gguf"
+                quantize(base, dst, ftype)
+                dequantized = pathlib.Path(tmp) / f"{arch}.{name}.f32.gguf"
+                quantize(dst, dequantized, llama_cpp.LLAMA_FTYPE_ALL_F32)
+                case = {"file": dst.name, "arch": arch, "ftype": name, **goldens(dst, dequantized)}
+                print(f"{dst.name}: {dst.stat().st_size} bytes, greedy {case['greedy_ids'][:8]}...", file=sys.stderr)
+                cases.append(case)
     (OUT / "goldens.json").write_text(json.dumps({
         "generator": f"llama-cpp-python {llama_cpp.__version__}, f32 KV cache, no flash attention",
         "prompt": PROMPT, "n_continue": N_CONTINUE, "cases": cases}) + "\n")

@@ -18,6 +18,8 @@ override N_KV: u32 = 0u;
 override QKV_FIRST: u32 = 0u;      // with ATTN_IN: the whole q/k/v weight's row this weight starts at
 override HEAD_DIM: u32 = 64u;      // with ATTN_IN: RoPE pairs within heads of this many rows
 override PAGE: u32 = 16u;          // with ATTN_IN: tokens per KV page
+override ROPE_NEOX: bool = false;  // with ATTN_IN: RoPE pairs rows i and i + HEAD_DIM / 2 of a head (qwen2)
+override BIAS: bool = false;       // with ATTN_IN: q, k and v have biases (qkv_bias)
 
 @group(0) @binding(0) var<uniform> params: StepParams;
 @group(0) @binding(1) var<uniform> part: Part;
@@ -30,6 +32,7 @@ override PAGE: u32 = 16u;          // with ATTN_IN: tokens per KV page
 @group(0) @binding(7) var<storage, read_write> k_cache: array<u32>; // (pages, PAGE, N_KV / 2) f16 pairs
 @group(0) @binding(8) var<storage, read_write> v_cache: array<u32>; // (pages, PAGE, N_KV / 2) f16 pairs
 @group(0) @binding(9) var<uniform> rope_freqs: RopeFreqs;
+@group(0) @binding(10) var<storage, read> qkv_bias: array<f32>; // (N_Q + 2·N_KV) with BIAS, else unused
 
 /// RoPE's angle per position for each pair i of a head, (i / 4, i % 4): gpu/ops/matmul.rs.
 struct RopeFreqs {
@@ -68,7 +71,12 @@ fn weight_row(r0: u32, j: u32, rows: u32) -> u32 {
         let half = rows / 2u;
         return select(N + min(r0 + j - half, N - 1u), min(r0 + j, N - 1u), j < half);
     }
-    return min(r0 + j, part.rows - 1u);
+    let r = min(r0 + j, part.rows - 1u);
+    if (ATTN_IN && ROPE_NEOX) {
+        let first = QKV_FIRST + part.first_row;
+        return source_row(first + r) - first;
+    }
+    return r;
 }
 
 /// Output rows a block of `rows` weight-row slots produces.
@@ -135,10 +143,28 @@ fn sin_cos(x: f32) -> vec2<f32> {
     return vec2<f32>(select(sv, -sv, q >= 2u), select(cv, -cv, q == 1u || q == 2u));
 }
 
+// ROPE_NEOX (qwen2): RoPE pairs each row i of a head with row i + HEAD_DIM / 2. The product
+// computes q's and k's rows in an order that makes those pairs adjacent, output row 2i of a head
+// from weight row i and 2i + 1 from i + HEAD_DIM / 2, so the epilogue is the same and q·k over
+// a head (what attention reads) is unchanged; v keeps its order. A weight part holds whole heads.
+
+/// The q/k/v weight row (and bias) of output row `row`, both counted in the whole q/k/v weight.
+fn source_row(row: u32) -> u32 {
+    if (!ROPE_NEOX || row >= N_Q + N_KV) {
+        return row;
+    }
+    let s = row % HEAD_DIM;
+    return row - s + s / 2u + (s % 2u) * (HEAD_DIM / 2u);
+}
+
 /// Token t's rows r, r + 1 (r even) of this part, as the ATTN_IN epilogue says.
-fn store_attention_pair(t: u32, r: u32, v: vec2<f32>) {
+fn store_attention_pair(t: u32, r: u32, sum: vec2<f32>) {
     let row = QKV_FIRST + part.first_row + r;
     let pos = params.start_pos + t;
+    var v = sum;
+    if (BIAS) {
+        v += vec2<f32>(qkv_bias[source_row(row)], qkv_bias[source_row(row + 1u)]);
+    }
     if (row >= N_Q + N_KV) {
         v_cache[kv_slot(pos) + (row - N_Q - N_KV) / 2u] = pack2x16float(v);
         return;

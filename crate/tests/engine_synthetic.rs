@@ -87,6 +87,15 @@ fn k_quant_models_match_the_reference() {
 }
 
 #[test]
+fn qwen2_models_match_the_reference() {
+    // Biases on q, k and v and NEOX RoPE: one q/k/v product, then three (V in Q8_0), on both
+    // decode shapes; untied, then tied.
+    let qwen2 = SyntheticSpec { qwen2: true, weight_type: GgmlType::Q5_0, tied_embeddings: false, rope_base: 1_000_000.0, ..SyntheticSpec::tiny() };
+    check(qwen2.clone(), EngineOptions { max_batch: 8, ..Default::default() }, 40);
+    check(SyntheticSpec { attn_v_type: Some(GgmlType::Q8_0), tied_embeddings: true, ..qwen2.clone() }, EngineOptions { max_batch: 8, kernels: Some(KernelShapes::GPU), ..Default::default() }, 40);
+}
+
+#[test]
 fn llama3_rope_factors_match_the_reference() {
     // Llama 3.2's RoPE (base 500000, rope_freqs.weight) over 200 positions, both decode shapes.
     let spec = SyntheticSpec { rope_base: 500_000.0, llama3_rope: true, ..SyntheticSpec::tiny() };

@@ -227,7 +227,25 @@ fn read_cache(gpu: &Gpu, cache: &wgpu::Buffer, page_table: &[u32], page: usize, 
 
 #[test]
 fn attention_input_rotates_q_and_k_into_the_kv_pages() {
-    let mut rng = SplitMix64(14);
+    check_attention_input(&TYPES, false, 14);
+}
+
+#[test]
+fn attention_input_neox_rope_with_biases() {
+    // qwen2: biases on q, k and v, RoPE pairing rows i and i + D/2 of each head.
+    check_attention_input(&[GgmlType::F32, GgmlType::Q5_0, GgmlType::Q8_0, GgmlType::Q4_K], true, 15);
+}
+
+/// NEOX products emit each head's rows in the order that makes RoPE pairs adjacent: output row
+/// 2i from row i, 2i + 1 from row i + D/2 (matmul.wgsl ROPE_NEOX). `x` is (T, heads·D).
+fn neox_order(x: &[f32], d: usize) -> Vec<f32> {
+    x.chunks(d).flat_map(|head| (0..d).map(move |s| head[s / 2 + (s % 2) * (d / 2)])).collect()
+}
+
+/// The fused q/k/v product against the reference: norm, product, (biases), RoPE (llama's or
+/// NEOX) and the KV-page write, for each type, both shapes, one weight and three.
+fn check_attention_input(types: &[GgmlType], qwen2: bool, seed: u64) {
+    let mut rng = SplitMix64(seed);
     let gpu = gpu(LimitsPolicy::Adapter);
     // 3 query heads over 1 KV head of 32 (a GQA group of 3), pages of 16 tokens.
     let (h, hkv, d, page, base) = (3, 1, 32, 16, 10000.0);
@@ -235,7 +253,9 @@ fn attention_input_rotates_q_and_k_into_the_kv_pages() {
     let factors: Vec<f32> = (0..d / 2).map(|i| 1.0 + (7 * i / (d / 2 - 1)) as f32).collect();
     let freqs = radixlm::model::rope::freqs(d, base, 1.0, Some(&factors));
     let (nq, nkv) = (h * d, hkv * d);
-    for ty in TYPES {
+    let biases: Vec<Vec<f32>> = [nq, nkv, nkv].iter().map(|&n| randn(&mut rng, n)).collect();
+    let bias_buffer = qwen2.then(|| gpu.upload("qkv_bias", f32_bytes(&biases.concat())));
+    for &ty in types {
         let k = odd_k(ty);
         let weights: Vec<(Vec<u8>, Vec<f32>)> = [nq, nkv, nkv].iter().map(|&n| random_weight(&mut rng, ty, k, n)).collect();
         let whole: Vec<u8> = weights.iter().flat_map(|(d, _)| d.clone()).collect();
@@ -244,9 +264,19 @@ fn attention_input_rotates_q_and_k_into_the_kv_pages() {
         for (shape, t, start) in [(DecodeShape::Wide, 1, 0), (DecodeShape::Wide, 4, 1500), (DecodeShape::Rows, 2, 17), (DecodeShape::Rows, 33, 5), (DecodeShape::Rows, 1, 1500)] {
             let x = randn(&mut rng, t * k);
             let hn = reference::rmsnorm(&x, &g, 1e-5);
-            let [mut want_q, mut want_k, want_v] = [0, 1, 2].map(|i| reference::matmul(&hn, &weights[i].1, k, [nq, nkv, nkv][i]));
-            reference::rope(&mut want_q, h, d, start, &freqs);
-            reference::rope(&mut want_k, hkv, d, start, &freqs);
+            let [mut want_q, mut want_k, mut want_v] = [0, 1, 2].map(|i| reference::matmul(&hn, &weights[i].1, k, [nq, nkv, nkv][i]));
+            if qwen2 {
+                reference::add_bias(&mut want_q, &biases[0]);
+                reference::add_bias(&mut want_k, &biases[1]);
+                reference::add_bias(&mut want_v, &biases[2]);
+                reference::rope_neox(&mut want_q, h, d, start, &freqs);
+                reference::rope_neox(&mut want_k, hkv, d, start, &freqs);
+                want_q = neox_order(&want_q, d);
+                want_k = neox_order(&want_k, d);
+            } else {
+                reference::rope(&mut want_q, h, d, start, &freqs);
+                reference::rope(&mut want_k, hkv, d, start, &freqs);
+            }
             let (page_table, pool) = shuffled_pages(&mut rng, (start + t).div_ceil(page));
             let ptb = gpu.upload("page_table", bytemuck::cast_slice(&page_table));
             let step = gpu.uniform("step", &StepParams::new(t as u32, start as u32));
@@ -259,12 +289,12 @@ fn attention_input_rotates_q_and_k_into_the_kv_pages() {
                 let cache_bytes = (pool * page * nkv * 2) as u64;
                 let (kc, vc) = (gpu.storage("k_cache", cache_bytes), gpu.storage("v_cache", cache_bytes));
                 for (w, first_row) in &products {
-                    let at = AttentionInput { n_q: nq, n_kv: nkv, first_row: *first_row, head_dim: d, rope_freqs: &freqs, page_size: page };
+                    let at = AttentionInput { n_q: nq, n_kv: nkv, first_row: *first_row, head_dim: d, rope_freqs: &freqs, rope_neox: qwen2, bias: qwen2, page_size: page };
                     let op = Matmul::attention_input(gpu, shape, ty, k, w.n, 1e-5, at);
-                    let b = op.bind_attention_input(gpu, &step, &xb, &gb, w, &qb, &ptb, [&kc, &vc]);
+                    let b = op.bind_attention_input(gpu, &step, &xb, &gb, w, &qb, &ptb, [&kc, &vc], bias_buffer.as_ref());
                     run(gpu, |p| op.encode(p, &b, t as u32));
                 }
-                let what = |out: &str| format!("attention input {} ({layout}) T={t} start={start} {shape:?}: {out}", ty.name());
+                let what = |out: &str| format!("attention input {} ({layout}, qwen2 {qwen2}) T={t} start={start} {shape:?}: {out}", ty.name());
                 // The angle's f32 rounding grows with the position (as in the rope bound below);
                 // the caches add f16 rounding (2^-11 relative).
                 let tol = 2e-5 + (start + t) as f32 * 4e-8;

@@ -149,6 +149,12 @@ enum Command {
         /// Llama 3.x's RoPE: base 500000 and its frequency factors (`rope_freqs.weight`).
         #[arg(long)]
         llama3_rope: bool,
+        /// qwen2's architecture (biases on q, k and v; NEOX RoPE) in place of llama's.
+        #[arg(long)]
+        qwen2: bool,
+        /// Layers (the preset's own when absent).
+        #[arg(long)]
+        layers: Option<usize>,
         #[arg(long)]
         out: PathBuf,
     },
@@ -181,6 +187,9 @@ enum SynthPreset {
     /// Llama-3.2-1B's shapes.
     #[value(name = "llama-3.2-1b")]
     Llama3_2_1b,
+    /// Qwen2.5-0.5B's shapes.
+    #[value(name = "qwen2.5-0.5b")]
+    Qwen2_5_0_5b,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy)]
@@ -328,17 +337,20 @@ fn run(cli: Cli) -> Result<(), AnyError> {
             print_stats(&gen);
             Ok(())
         }
-        Command::Synth { preset, r#type, untied, llama3_rope, out } => {
+        Command::Synth { preset, r#type, untied, llama3_rope, qwen2, layers, out } => {
             let mut spec = match preset {
                 SynthPreset::Tiny => SyntheticSpec::tiny(),
                 SynthPreset::Tiny256 => SyntheticSpec::tiny_256(),
                 SynthPreset::Smollm2_135m => SyntheticSpec::smollm2_135m_shape(),
                 SynthPreset::Llama3_2_1b => SyntheticSpec::llama_3_2_1b_shape(),
+                SynthPreset::Qwen2_5_0_5b => SyntheticSpec::qwen2_5_0_5b_shape(),
             };
             spec.tied_embeddings &= !untied;
             if llama3_rope {
                 spec = SyntheticSpec { rope_base: 500_000.0, llama3_rope: true, ..spec };
             }
+            spec.qwen2 |= qwen2;
+            spec.n_layers = layers.unwrap_or(spec.n_layers).max(1);
             if let Some(ty) = r#type {
                 let base = spec.clone();
                 let one = |ty| SyntheticSpec { weight_type: ty, ..base.clone() };

@@ -15,7 +15,7 @@ use crate::gpu::profile::{OpRole, Profiler, Recorder};
 use crate::gpu::readback::map_read;
 use crate::gpu::{GpuWeight, StepParams};
 use crate::kv::pool::KvPool;
-use crate::model::Config;
+use crate::model::{Config, ModelError};
 
 use super::weights::{AttnIn, FfnIn, ModelWeights};
 use super::EngineError;
@@ -121,7 +121,7 @@ impl Forward {
         let mut attn_scratch = None;
         let (n_q, n_kv) = (cfg.n_embd, cfg.kv_dim());
         let rope_freqs = crate::model::rope::freqs(d, cfg.rope_base, cfg.rope_freq_scale, w.rope_factors.as_deref());
-        let at = |first_row| AttentionInput { n_q, n_kv, first_row, head_dim: d, rope_freqs: &rope_freqs, page_size: ps };
+        let at = |first_row| AttentionInput { n_q, n_kv, first_row, head_dim: d, rope_freqs: &rope_freqs, rope_neox: cfg.rope_neox, bias: cfg.qkv_bias, page_size: ps };
         // x += input · wᵀ: the residual adds of o and down.
         let residual = |input: &wgpu::Buffer, w: &GpuWeight| {
             let op = Matmul::with_decode_shape(gpu, shapes.decode, w.ty, w.k, w.n, true);
@@ -136,13 +136,18 @@ impl Forward {
         for (i, lw) in w.layers.iter().enumerate() {
             let caches = [&pool.k[i], &pool.v[i]];
             let attention_input = |w: &GpuWeight, first_row| {
+                // NEOX RoPE pairs rows half a head apart: a weight split over bindings (rows
+                // beyond one storage binding) must split between heads.
+                if cfg.rope_neox && w.parts.iter().any(|p| p.first_row % d != 0) {
+                    return Err(EngineError::from(ModelError::BadConfig(format!("layer {i}'s q/k/v weight is split over storage bindings inside a head, which NEOX RoPE cannot serve"))));
+                }
                 let op = Matmul::attention_input(gpu, shapes.decode, w.ty, w.k, w.n, cfg.rms_eps, at(first_row));
-                let binding = op.bind_attention_input(gpu, &step, &x, &lw.attn_norm, w, &q, &page_table, caches);
-                (op, binding)
+                let binding = op.bind_attention_input(gpu, &step, &x, &lw.attn_norm, w, &q, &page_table, caches, lw.qkv_bias.as_ref());
+                Ok((op, binding))
             };
             let attn_in = match &lw.attn_in {
-                AttnIn::Qkv(w) => vec![attention_input(w, 0)],
-                AttnIn::Apart { wq, wk, wv } => vec![attention_input(wq, 0), attention_input(wk, n_q), attention_input(wv, n_q + n_kv)],
+                AttnIn::Qkv(w) => vec![attention_input(w, 0)?],
+                AttnIn::Apart { wq, wk, wv } => vec![attention_input(wq, 0)?, attention_input(wk, n_q)?, attention_input(wv, n_q + n_kv)?],
             };
             let attn_op = AttentionPaged::new(gpu, shapes.attention, nh, nkv, d, ps, max_batch);
             // Layers run one after another: they share one scratch buffer for attention's splits.

@@ -10,6 +10,8 @@ use super::EngineError;
 pub struct LayerWeights {
     pub attn_norm: wgpu::Buffer, // (C) f32
     pub attn_in: AttnIn,
+    /// q's, k's and v's biases one after another (qwen2): (C + 2·Hkv·D) f32.
+    pub qkv_bias: Option<wgpu::Buffer>,
     pub wo: GpuWeight,           // (C rows of C)
     pub ffn_norm: wgpu::Buffer,  // (C) f32
     pub ffn_in: FfnIn,
@@ -99,6 +101,18 @@ impl ModelWeights {
             }
             Ok(Some(w))
         };
+        // Layer i's q, k and v biases in one buffer, in the order of the q/k/v product's rows.
+        let biases = |i: usize| -> Result<wgpu::Buffer, EngineError> {
+            let infos = ["attn_q", "attn_k", "attn_v"].map(|s| info(&format!("blk.{i}.{s}.bias")));
+            let infos = infos.into_iter().collect::<Result<Vec<_>, _>>()?;
+            let buffer = gpu.storage(&format!("blk.{i}.attn_qkv.bias"), infos.iter().map(|t| t.n_bytes).sum());
+            let mut dst_offset = 0;
+            for t in infos {
+                targets.borrow_mut().push(UploadTarget { offset: t.offset, len: t.n_bytes, dest: Destination::Gpu { buffer: buffer.clone(), dst_offset } });
+                dst_offset += t.n_bytes;
+            }
+            Ok(buffer)
+        };
         let layers = (0..cfg.n_layers)
             .map(|i| {
                 let n = |s: &str| format!("blk.{i}.{s}.weight");
@@ -112,9 +126,11 @@ impl ModelWeights {
                     Some(w) => FfnIn::GateUp(w),
                     None => FfnIn::Apart { gate: matrix(&gate)?, up: matrix(&up)? },
                 };
+                let qkv_bias = if cfg.qkv_bias { Some(biases(i)?) } else { None };
                 Ok(LayerWeights {
                     attn_norm: vector(&n("attn_norm"))?,
                     attn_in,
+                    qkv_bias,
                     wo: matrix(&n("attn_output"))?,
                     ffn_norm: vector(&n("ffn_norm"))?,
                     ffn_in,

@@ -1,9 +1,10 @@
-//! Model configuration from GGUF metadata, and the tensor names of a llama-architecture model.
+//! Model configuration from GGUF metadata, and the tensor names of a llama-shaped model: llama
+//! itself (Llama 2/3.x, SmolLM2, ...) and qwen2 (Qwen2/2.5: biases on q, k and v, NEOX RoPE).
 
 use crate::gguf::{GgmlType, GgufError, GgufHeader};
 
 /// Architectures whose tensor layout and forward pass radixlm implements.
-pub const SUPPORTED_ARCHITECTURES: &[&str] = &["llama"];
+pub const SUPPORTED_ARCHITECTURES: &[&str] = &["llama", "qwen2"];
 
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
@@ -21,9 +22,16 @@ pub enum ModelError {
     BadConfig(String),
 }
 
-/// Hyper-parameters of a llama-architecture model.
+/// Hyper-parameters of a llama-shaped model.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
+    /// `general.architecture`: one of SUPPORTED_ARCHITECTURES.
+    pub arch: String,
+    /// q, k and v have biases (`attn_q.bias`, ...): qwen2.
+    pub qkv_bias: bool,
+    /// RoPE pairs each row i of a head with row i + D/2 (llama.cpp's NEOX mode: qwen2) rather
+    /// than with its neighbour (llama's converter permutes q and k for that).
+    pub rope_neox: bool,
     pub n_layers: usize,
     /// Model width (embedding length).
     pub n_embd: usize,
@@ -87,7 +95,11 @@ impl Config {
             }
             Some(s) => return Err(ModelError::BadConfig(format!("RoPE scaling {s:?} is not supported (none, linear and Llama 3's rope_freqs are)"))),
         };
+        let qwen2 = arch == "qwen2";
         let cfg = Config {
+            arch: arch.into(),
+            qkv_bias: qwen2,
+            rope_neox: qwen2,
             n_layers: u("block_count")?,
             n_embd,
             n_ff: u("feed_forward_length")?,
@@ -169,6 +181,10 @@ impl Config {
                 (n("ffn_up"), vec![c, f]),
                 (n("ffn_down"), vec![f, c]),
             ]);
+            if self.qkv_bias {
+                let b = |s: &str| format!("blk.{i}.{s}.bias");
+                t.extend([(b("attn_q"), vec![c]), (b("attn_k"), vec![kv]), (b("attn_v"), vec![kv])]);
+            }
         }
         t
     }
@@ -187,7 +203,7 @@ impl Config {
             if info.dims != want {
                 return Err(ModelError::TensorShape { name, got: info.dims.clone(), want });
             }
-            // Norm weights (and RoPE's factors) are read as f32.
+            // Norm weights, biases and RoPE's factors are read as f32.
             if want.len() == 1 && info.ty != GgmlType::F32 {
                 return Err(ModelError::TensorType { name, ty: info.ty.name() });
             }

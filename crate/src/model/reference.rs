@@ -49,6 +49,23 @@ pub fn rope(x: &mut [f32], n_heads: usize, head_dim: usize, start_pos: usize, fr
     }
 }
 
+/// RoPE in llama.cpp's NEOX mode (qwen2): each head's rows i and i + D/2 rotate as a pair by
+/// `pos · freqs[i]`.
+pub fn rope_neox(x: &mut [f32], n_heads: usize, head_dim: usize, start_pos: usize, freqs: &[f32]) {
+    let half = head_dim / 2;
+    for (t, tok) in x.chunks_exact_mut(n_heads * head_dim).enumerate() {
+        let pos = (start_pos + t) as f32;
+        for head in tok.chunks_exact_mut(head_dim) {
+            for (i, &freq) in freqs.iter().enumerate().take(half) {
+                let (s, c) = (pos * freq).sin_cos();
+                let (a, b) = (head[i], head[i + half]);
+                head[i] = a * c - b * s;
+                head[i + half] = a * s + b * c;
+            }
+        }
+    }
+}
+
 /// Causal grouped-query attention. q (T, H, D) holds queries at positions `start_pos + t`;
 /// k and v (L, Hkv, D) hold every cached position 0..L with L >= start_pos + T. Query t attends
 /// to positions 0..=start_pos+t. Returns (T, H, D).
@@ -84,6 +101,13 @@ pub fn attention(q: &[f32], k: &[f32], v: &[f32], n_heads: usize, n_kv_heads: us
     out
 }
 
+/// x (T, N) += b (N) on every row.
+pub fn add_bias(x: &mut [f32], b: &[f32]) {
+    for row in x.chunks_exact_mut(b.len()) {
+        row.iter_mut().zip(b).for_each(|(x, b)| *x += b);
+    }
+}
+
 /// SwiGLU: silu(gate) * up, elementwise.
 pub fn silu_mul(gate: &[f32], up: &[f32]) -> Vec<f32> {
     gate.iter().zip(up).map(|(g, u)| g / (1.0 + (-g).exp()) * u).collect()
@@ -91,6 +115,8 @@ pub fn silu_mul(gate: &[f32], up: &[f32]) -> Vec<f32> {
 
 struct Layer {
     attn_norm: Vec<f32>, // (C)
+    /// q, k and v's biases (qwen2): (C), (Hkv·D), (Hkv·D).
+    bias: Option<[Vec<f32>; 3]>,
     wq: Vec<f32>,        // (C, C)
     wk: Vec<f32>,        // (Hkv·D, C)
     wv: Vec<f32>,        // (Hkv·D, C)
@@ -136,7 +162,9 @@ impl ReferenceModel {
         let layers = (0..cfg.n_layers)
             .map(|i| {
                 let n = |s: &str| format!("blk.{i}.{s}.weight");
+                let b = |s: &str| t(&format!("blk.{i}.{s}.bias"));
                 Ok(Layer {
+                    bias: if cfg.qkv_bias { Some([b("attn_q")?, b("attn_k")?, b("attn_v")?]) } else { None },
                     attn_norm: t(&n("attn_norm"))?,
                     wq: t(&n("attn_q"))?,
                     wk: t(&n("attn_k"))?,
@@ -178,7 +206,13 @@ impl ReferenceModel {
             let h = rmsnorm(&x, &w.attn_norm, cfg.rms_eps);
             let mut q = matmul(&h, &w.wq, c, c);
             let mut k = matmul(&h, &w.wk, c, kvd);
-            let v = matmul(&h, &w.wv, c, kvd);
+            let mut v = matmul(&h, &w.wv, c, kvd);
+            if let Some([bq, bk, bv]) = &w.bias {
+                add_bias(&mut q, bq);
+                add_bias(&mut k, bk);
+                add_bias(&mut v, bv);
+            }
+            let rope = if cfg.rope_neox { rope_neox } else { rope };
             rope(&mut q, cfg.n_heads, d, start_pos, &self.rope_freqs);
             rope(&mut k, cfg.n_kv_heads, d, start_pos, &self.rope_freqs);
             let stored = |x: Vec<f32>| -> Vec<f32> {

@@ -1,12 +1,14 @@
-//! Synthetic llama models with seeded random weights, written as GGUF: small ones for fast
-//! tests, full-size shapes for benchmarks on machines the real weights cannot travel to.
+//! Synthetic llama and qwen2 models with seeded random weights, written as GGUF: small ones for
+//! fast tests, full-size shapes for benchmarks on machines the real weights cannot travel to.
 
 use crate::gguf::{GgmlType, GgufWriter, MetaValue};
 use crate::tokenizer::byte_level::byte_to_char;
 
-/// Shape and storage of a synthetic llama model.
+/// Shape and storage of a synthetic llama (or qwen2) model.
 #[derive(Debug, Clone)]
 pub struct SyntheticSpec {
+    /// A qwen2 model (biases on q, k and v; NEOX RoPE) rather than llama.
+    pub qwen2: bool,
     pub n_layers: usize,
     pub n_embd: usize,
     pub n_ff: usize,
@@ -36,6 +38,7 @@ impl SyntheticSpec {
     /// A tiny model (a few MB) with odd head counts, GQA and tied embeddings.
     pub fn tiny() -> Self {
         Self {
+            qwen2: false,
             n_layers: 2,
             n_embd: 192,
             n_ff: 320,
@@ -64,6 +67,7 @@ impl SyntheticSpec {
     /// The shapes of SmolLM2-135M (30 layers, 576 wide, 9 heads over 3 KV heads).
     pub fn smollm2_135m_shape() -> Self {
         Self {
+            qwen2: false,
             n_layers: 30,
             n_embd: 576,
             n_ff: 1536,
@@ -88,6 +92,7 @@ impl SyntheticSpec {
     /// Q4_0.
     pub fn llama_3_2_1b_shape() -> Self {
         Self {
+            qwen2: false,
             n_layers: 16,
             n_embd: 2048,
             n_ff: 8192,
@@ -102,6 +107,32 @@ impl SyntheticSpec {
             tied_embeddings: true,
             rope_base: 500_000.0,
             llama3_rope: true,
+            extra_metadata: Vec::new(),
+            seed: 1,
+        }
+    }
+
+    /// The shapes of Qwen2.5-0.5B (24 layers, 896 wide, 14 heads over 2 KV heads, a 152k
+    /// vocabulary, biases on q/k/v, NEOX RoPE with base 1e6), tied embeddings, in Q5_0 with a
+    /// Q8_0 embedding: the types llama.cpp's Q4_K_M falls back to for rows of 896 (not a whole
+    /// number of K-quant super-blocks); about 0.4 GB.
+    pub fn qwen2_5_0_5b_shape() -> Self {
+        Self {
+            qwen2: true,
+            n_layers: 24,
+            n_embd: 896,
+            n_ff: 4864,
+            n_heads: 14,
+            n_kv_heads: 2,
+            vocab_size: 151936,
+            n_ctx: 32768,
+            weight_type: GgmlType::Q5_0,
+            embedding_type: GgmlType::Q8_0,
+            ffn_up_type: None,
+            attn_v_type: None,
+            tied_embeddings: true,
+            rope_base: 1_000_000.0,
+            llama3_rope: false,
             extra_metadata: Vec::new(),
             seed: 1,
         }
@@ -137,17 +168,19 @@ impl SyntheticSpec {
         let mut rng = SplitMix64(self.seed);
         let mut w = GgufWriter::new();
         let u32m = |v: usize| MetaValue::U32(v as u32);
-        w.meta("general.architecture", MetaValue::String("llama".into()))
-            .meta("general.name", MetaValue::String(format!("synthetic-llama-seed{}", self.seed)))
-            .meta("llama.block_count", u32m(self.n_layers))
-            .meta("llama.context_length", u32m(self.n_ctx))
-            .meta("llama.embedding_length", u32m(self.n_embd))
-            .meta("llama.feed_forward_length", u32m(self.n_ff))
-            .meta("llama.attention.head_count", u32m(self.n_heads))
-            .meta("llama.attention.head_count_kv", u32m(self.n_kv_heads))
-            .meta("llama.rope.freq_base", MetaValue::F32(self.rope_base))
-            .meta("llama.attention.layer_norm_rms_epsilon", MetaValue::F32(1e-5))
-            .meta("llama.vocab_size", u32m(self.vocab_size));
+        let arch = if self.qwen2 { "qwen2" } else { "llama" };
+        let key = |k: &str| format!("{arch}.{k}");
+        w.meta("general.architecture", MetaValue::String(arch.into()))
+            .meta("general.name", MetaValue::String(format!("synthetic-{arch}-seed{}", self.seed)))
+            .meta(&key("block_count"), u32m(self.n_layers))
+            .meta(&key("context_length"), u32m(self.n_ctx))
+            .meta(&key("embedding_length"), u32m(self.n_embd))
+            .meta(&key("feed_forward_length"), u32m(self.n_ff))
+            .meta(&key("attention.head_count"), u32m(self.n_heads))
+            .meta(&key("attention.head_count_kv"), u32m(self.n_kv_heads))
+            .meta(&key("rope.freq_base"), MetaValue::F32(self.rope_base))
+            .meta(&key("attention.layer_norm_rms_epsilon"), MetaValue::F32(1e-5))
+            .meta(&key("vocab_size"), u32m(self.vocab_size));
         self.write_tokenizer(&mut w);
         for (key, value) in &self.extra_metadata {
             w.meta(key, value.clone());
@@ -178,6 +211,13 @@ impl SyntheticSpec {
             mat(&mut w, &mut rng, &n("ffn_gate"), c, f, ty, s_c);
             mat(&mut w, &mut rng, &n("ffn_up"), c, f, self.ffn_up_type.unwrap_or(ty), s_c);
             mat(&mut w, &mut rng, &n("ffn_down"), f, c, ty, s_f);
+            if self.qwen2 {
+                // Qwen's biases are large next to the products (its k bias most of all).
+                for (name, rows) in [("attn_q", c), ("attn_k", kv), ("attn_v", kv)] {
+                    let vals: Vec<f32> = (0..rows).map(|_| rng.normal() * 0.5).collect();
+                    w.tensor(&format!("blk.{i}.{name}.bias"), &[rows], GgmlType::F32, &vals);
+                }
+            }
         }
         norm(&mut w, "output_norm.weight", &mut rng);
         if self.llama3_rope {

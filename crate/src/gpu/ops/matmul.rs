@@ -8,7 +8,7 @@ use crate::gpu::{Gpu, GpuWeight, WeightPart};
 pub const KERNEL: Kernel = Kernel {
     op: OpKind::Matmul,
     source: wgsl!("matmul.wgsl", "blocks.wgsl"),
-    slots: &[Slot::Uniform, Slot::Uniform, Slot::Read, Slot::Read, Slot::ReadWrite, Slot::Read, Slot::Read, Slot::ReadWrite, Slot::ReadWrite, Slot::Uniform],
+    slots: &[Slot::Uniform, Slot::Uniform, Slot::Read, Slot::Read, Slot::ReadWrite, Slot::Read, Slot::Read, Slot::ReadWrite, Slot::ReadWrite, Slot::Uniform, Slot::Read],
 };
 
 /// Steps of at most this many tokens use the one-token-per-thread pipeline.
@@ -77,8 +77,10 @@ enum Fused<'a> {
 /// Where an attention-input product's rows go (matmul.wgsl ATTN_IN): its rows are rows
 /// `first_row ..` of the layer's whole q/k/v weight (`n_q` rows of q in heads of `head_dim`,
 /// then `n_kv` of k and `n_kv` of v); q and k are rotated by RoPE, pair i of a head by
-/// pos · `rope_freqs[i]` (model/rope.rs), q written to its buffer and k and v to the KV pages
-/// of `page_size` tokens.
+/// pos · `rope_freqs[i]` (model/rope.rs; with `rope_neox` pair i is rows i and i + D/2, and
+/// q and k come out in the order that makes pairs adjacent: matmul.wgsl ROPE_NEOX), after
+/// adding the biases when `bias`; q is written to its buffer and k and v to the KV pages of
+/// `page_size` tokens.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AttentionInput<'a> {
     pub n_q: usize,
@@ -86,6 +88,8 @@ pub struct AttentionInput<'a> {
     pub first_row: usize,
     pub head_dim: usize,
     pub rope_freqs: &'a [f32],
+    pub rope_neox: bool,
+    pub bias: bool,
     pub page_size: usize,
 }
 
@@ -168,6 +172,8 @@ impl Matmul {
                 .with("QKV_FIRST", at.map_or(0, |a| a.first_row) as u32)
                 .with("HEAD_DIM", at.map_or(64, |a| a.head_dim) as u32)
                 .with("PAGE", at.map_or(16, |a| a.page_size) as u32)
+                .with("ROPE_NEOX", at.is_some_and(|a| a.rope_neox) as u32)
+                .with("BIAS", at.is_some_and(|a| a.bias) as u32)
         };
         let matvec = match decode {
             DecodeShape::Wide => gpu.pipeline(&KERNEL, key("matvec_wide", MATVEC_TOKENS)),
@@ -185,19 +191,20 @@ impl Matmul {
         // The kernel reads no norm weights without NORM, nor a page table without ATTN_IN: x
         // stands in for them.
         let [kc, vc] = &self.unused_caches;
-        self.bind_parts(gpu, step, x, x, w, y, [x, kc, vc])
+        self.bind_parts(gpu, step, x, x, w, y, [x, kc, vc], x)
     }
 
     /// Binds as `bind`, with the RMSNorm's weights `norm_w` (K) f32, for a `with_norm` product.
     pub fn bind_normed(&self, gpu: &Gpu, step: &wgpu::Buffer, x: &wgpu::Buffer, norm_w: &wgpu::Buffer, w: &GpuWeight, y: &wgpu::Buffer) -> MatmulBinding {
         assert!(self.norm && !self.attention_input, "bind_normed on a matmul built without a norm, or for attention's input");
         let [kc, vc] = &self.unused_caches;
-        self.bind_parts(gpu, step, x, norm_w, w, y, [x, kc, vc])
+        self.bind_parts(gpu, step, x, norm_w, w, y, [x, kc, vc], x)
     }
 
     /// Binds an `attention_input` product: `q` (T, n_q) f32 for the rotated queries, the
-    /// sequence's `page_table` (pages) u32 and the layer's caches (pages, page_size, n_kv / 2)
-    /// u32 of f16 pairs.
+    /// sequence's `page_table` (pages) u32, the layer's caches (pages, page_size, n_kv / 2)
+    /// u32 of f16 pairs and, for a product built with `bias`, the layer's q, k and v biases
+    /// one after another (n_q + 2·n_kv) f32.
     #[allow(clippy::too_many_arguments)]
     pub fn bind_attention_input(
         &self,
@@ -209,20 +216,21 @@ impl Matmul {
         q: &wgpu::Buffer,
         page_table: &wgpu::Buffer,
         [k_cache, v_cache]: [&wgpu::Buffer; 2],
+        bias: Option<&wgpu::Buffer>,
     ) -> MatmulBinding {
         assert!(self.attention_input, "bind_attention_input on a matmul not built for attention's input");
-        self.bind_parts(gpu, step, x, norm_w, w, q, [page_table, k_cache, v_cache])
+        self.bind_parts(gpu, step, x, norm_w, w, q, [page_table, k_cache, v_cache], bias.unwrap_or(x))
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn bind_parts(&self, gpu: &Gpu, step: &wgpu::Buffer, x: &wgpu::Buffer, norm_w: &wgpu::Buffer, w: &GpuWeight, y: &wgpu::Buffer, [pages, k_cache, v_cache]: [&wgpu::Buffer; 3]) -> MatmulBinding {
+    fn bind_parts(&self, gpu: &Gpu, step: &wgpu::Buffer, x: &wgpu::Buffer, norm_w: &wgpu::Buffer, w: &GpuWeight, y: &wgpu::Buffer, [pages, k_cache, v_cache]: [&wgpu::Buffer; 3], bias: &wgpu::Buffer) -> MatmulBinding {
         assert!(w.ty == self.ty && w.k == self.k && w.n == self.n, "matmul built for {:?} ({}, {}) bound to {:?} ({}, {})", self.ty, self.n, self.k, w.ty, w.n, w.k);
         let parts = w
             .parts
             .iter()
             .map(|p| {
                 let params = part_params(gpu, p);
-                (gpu.bind_group("matmul", KERNEL.slots, &[step, &params, x, &p.buffer, y, norm_w, pages, k_cache, v_cache, &self.rope_freqs]), p.rows as u32)
+                (gpu.bind_group("matmul", KERNEL.slots, &[step, &params, x, &p.buffer, y, norm_w, pages, k_cache, v_cache, &self.rope_freqs, bias]), p.rows as u32)
             })
             .collect();
         MatmulBinding { parts }
