@@ -43,3 +43,4 @@ for dir in pkg web playwright-tests; do
 done
 
 scripts/fetch_model.sh
+scripts/fetch_vocabs.sh

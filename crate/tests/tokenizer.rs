@@ -270,3 +270,57 @@ fn unsupported_pre_is_a_clear_error() {
     // An absent pre-tokenizer falls back to llama.cpp's "default", as llama.cpp does.
     assert!(small_tokenizer("gpt2", None, false).is_ok());
 }
+
+/// llama.cpp's own tokenizer tests for a pre-tokenizer: its vocab-only GGUF, the test strings
+/// (`.inp`, separated by `__ggml_vocab_test__` lines) and llama.cpp's ids for each (`.out`, a
+/// line each), as `scripts/fetch_vocabs.sh` puts them in models/vocab/. Whitespace runs,
+/// digits, emoji, CJK, code, apostrophes, mixed scripts.
+fn check_llama_cpp_vocab(name: &str) {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/vocab");
+    let read = |ext: &str| {
+        let path = dir.join(format!("ggml-vocab-{name}.gguf{ext}"));
+        std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e} (run scripts/fetch_vocabs.sh)", path.display()))
+    };
+    let bytes = read("");
+    let tok = Tokenizer::from_gguf(&GgufFile::parse(&bytes).unwrap()).unwrap();
+    let inp = String::from_utf8(read(".inp")).unwrap();
+    let out = String::from_utf8(read(".out")).unwrap();
+    // test-tokenizer-0.cpp: the inputs split on "\n__ggml_vocab_test__\n", the last one's
+    // trailing separator dropped.
+    let inputs: Vec<&str> = inp.strip_suffix("\n__ggml_vocab_test__\n").unwrap_or(&inp).split("\n__ggml_vocab_test__\n").collect();
+    let outputs: Vec<&str> = out.lines().collect();
+    assert_eq!(inputs.len(), outputs.len(), "{name}: test strings and id lines");
+    assert!(inputs.len() > 40, "{name}: {} test strings", inputs.len());
+    for (text, line) in inputs.iter().zip(outputs) {
+        let want: Vec<u32> = line.split_whitespace().map(|v| v.parse().unwrap()).collect();
+        assert_eq!(tok.encode(text, false).unwrap(), want, "{name}: ids of {text:?}");
+    }
+}
+
+#[test]
+fn llama3_pre_tokenizer_matches_llama_cpp() {
+    check_llama_cpp_vocab("llama-bpe");
+}
+
+#[test]
+fn qwen2_pre_tokenizer_matches_llama_cpp() {
+    check_llama_cpp_vocab("qwen2");
+}
+
+#[derive(Deserialize)]
+struct ChatGoldens {
+    cases: Vec<GoldenChat>,
+}
+
+#[test]
+fn qwen2_chat_template_renders_as_jinja2_does() {
+    // scripts/make_chat_goldens.py: Qwen2's template from llama.cpp's vocab file, by jinja2.
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/vocab/ggml-vocab-qwen2.gguf");
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e} (run scripts/fetch_vocabs.sh)", path.display()));
+    let template = ChatTemplate::from_gguf(&GgufFile::parse(&bytes).unwrap()).unwrap().expect("qwen2's vocab carries a chat template");
+    let goldens: ChatGoldens = serde_json::from_str(include_str!("fixtures/chat_goldens.json")).unwrap();
+    assert!(goldens.cases.len() >= 8);
+    for case in &goldens.cases {
+        assert_eq!(template.render(&case.messages, case.add_generation_prompt).unwrap(), case.rendered, "{:?}", case.messages);
+    }
+}
