@@ -324,3 +324,30 @@ fn qwen2_chat_template_renders_as_jinja2_does() {
         assert_eq!(template.render(&case.messages, case.add_generation_prompt).unwrap(), case.rendered, "{:?}", case.messages);
     }
 }
+
+#[derive(Deserialize)]
+struct VocabGoldens {
+    vocabs: std::collections::HashMap<String, Vec<GoldenIds>>,
+}
+
+#[derive(Deserialize)]
+struct GoldenIds {
+    text: String,
+    ids: Vec<u32>,
+}
+
+#[test]
+fn special_tokens_among_text_match_llama_cpp_for_llama3_and_qwen2() {
+    // scripts/make_vocab_goldens.py: each vocabulary's own special tokens become one id, the
+    // other family's (and near misses) are text.
+    let goldens: VocabGoldens = serde_json::from_str(include_str!("fixtures/vocab_goldens.json")).unwrap();
+    assert_eq!(goldens.vocabs.len(), 2);
+    for (name, cases) in &goldens.vocabs {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../models/vocab/ggml-vocab-{name}.gguf"));
+        let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e} (run scripts/fetch_vocabs.sh)", path.display()));
+        let tok = Tokenizer::from_gguf(&GgufFile::parse(&bytes).unwrap()).unwrap();
+        for case in cases {
+            assert_eq!(tok.encode(&case.text, false).unwrap(), case.ids, "{name}: ids of {:?}", case.text);
+        }
+    }
+}
