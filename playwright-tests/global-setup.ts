@@ -22,10 +22,10 @@ import {
 const SYNTHETIC: Array<[string, string[]]> = [
   [TINY_MODEL, ["--preset", "tiny"]],
   [TINY_UNTIED_MODEL, ["--preset", "tiny", "--untied"]],
-  [TINY_Q4_0_MODEL, ["--preset", "tiny", "--untied", "--type", "q4-0"]],
+  [TINY_Q4_0_MODEL, ["--preset", "tiny", "--untied", "--type", "q4_0"]],
   [SMOLLM2_SHAPE_MODEL, ["--preset", "smollm2-135m", "--untied"]],
   // clap spells the type q4-0 (its value names are kebab-case).
-  [LLAMA_1B_SHAPE_MODEL, ["--preset", "llama-3.2-1b", "--type", "q4-0"]],
+  [LLAMA_1B_SHAPE_MODEL, ["--preset", "llama-3.2-1b", "--type", "q4_0"]],
 ];
 
 function need(file: string, how: string): void {
