@@ -271,16 +271,18 @@ fn unsupported_pre_is_a_clear_error() {
     assert!(small_tokenizer("gpt2", None, false).is_ok());
 }
 
+/// A file of llama.cpp's vocab tests in models/vocab/ (`scripts/fetch_vocabs.sh` puts them there).
+fn vocab_file(file: &str) -> Vec<u8> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/vocab").join(file);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e} (run scripts/fetch_vocabs.sh)", path.display()))
+}
+
 /// llama.cpp's own tokenizer tests for a pre-tokenizer: its vocab-only GGUF, the test strings
 /// (`.inp`, separated by `__ggml_vocab_test__` lines) and llama.cpp's ids for each (`.out`, a
 /// line each), as `scripts/fetch_vocabs.sh` puts them in models/vocab/. Whitespace runs,
 /// digits, emoji, CJK, code, apostrophes, mixed scripts.
 fn check_llama_cpp_vocab(name: &str) {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/vocab");
-    let read = |ext: &str| {
-        let path = dir.join(format!("ggml-vocab-{name}.gguf{ext}"));
-        std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e} (run scripts/fetch_vocabs.sh)", path.display()))
-    };
+    let read = |ext: &str| vocab_file(&format!("ggml-vocab-{name}.gguf{ext}"));
     let bytes = read("");
     let tok = Tokenizer::from_gguf(&GgufFile::parse(&bytes).unwrap()).unwrap();
     let inp = String::from_utf8(read(".inp")).unwrap();
@@ -315,8 +317,7 @@ struct ChatGoldens {
 #[test]
 fn qwen2_chat_template_renders_as_jinja2_does() {
     // scripts/make_chat_goldens.py: Qwen2's template from llama.cpp's vocab file, by jinja2.
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/vocab/ggml-vocab-qwen2.gguf");
-    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e} (run scripts/fetch_vocabs.sh)", path.display()));
+    let bytes = vocab_file("ggml-vocab-qwen2.gguf");
     let template = ChatTemplate::from_gguf(&GgufFile::parse(&bytes).unwrap()).unwrap().expect("qwen2's vocab carries a chat template");
     let goldens: ChatGoldens = serde_json::from_str(include_str!("fixtures/chat_goldens.json")).unwrap();
     assert!(goldens.cases.len() >= 8);
@@ -343,8 +344,7 @@ fn special_tokens_among_text_match_llama_cpp_for_llama3_and_qwen2() {
     let goldens: VocabGoldens = serde_json::from_str(include_str!("fixtures/vocab_goldens.json")).unwrap();
     assert_eq!(goldens.vocabs.len(), 2);
     for (name, cases) in &goldens.vocabs {
-        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../models/vocab/ggml-vocab-{name}.gguf"));
-        let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e} (run scripts/fetch_vocabs.sh)", path.display()));
+        let bytes = vocab_file(&format!("ggml-vocab-{name}.gguf"));
         let tok = Tokenizer::from_gguf(&GgufFile::parse(&bytes).unwrap()).unwrap();
         for case in cases {
             assert_eq!(tok.encode(&case.text, false).unwrap(), case.ids, "{name}: ids of {:?}", case.text);
