@@ -225,57 +225,52 @@ fn q8_0_round_trip_budget() {
     });
 }
 
+/// Q4_0 and Q5_0, `half` = 8 or 16 (16 or 32 codes): ggml maps the weight of largest
+/// magnitude, `max`, to -half: d = max / -half and q = clamp(floor(x / d + half + 0.5), 0,
+/// 2·half - 1) - half. Rounding costs at most |d| / 2, except that x / d in (half - 0.5, half]
+/// (weights near -max) clamps to half - 1, costing up to |d|. The f16 scale moves each of the
+/// |q| <= half steps by at most f16_err(d).
+fn symmetric_budget(ty: GgmlType, half: f32, seed: u64) {
+    let x = test_values(64, seed);
+    check_budget(ty, &x, |b, v| {
+        let max = b.iter().fold(0f32, |m, &v| if v.abs() > m.abs() { v } else { m });
+        let d = max / -half;
+        let rounding = if d != 0.0 && v / d > half - 0.5 { d.abs() } else { d.abs() / 2.0 };
+        rounding + half * f16_err(d) + f32_slack(amax(b))
+    });
+}
+
+/// Q4_1 and Q5_1 with `levels` = 15 or 31: d = (max - min) / levels, m = min and
+/// q = round((x - min) / d): rounding costs at most d / 2. Both are stored as f16: m moves by
+/// f16_err(min), each of the q <= levels steps by f16_err(d).
+fn offset_budget(ty: GgmlType, levels: f32, seed: u64) {
+    let x = test_values(64, seed);
+    check_budget(ty, &x, |b, _| {
+        let min = b.iter().copied().fold(f32::INFINITY, f32::min);
+        let max = b.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let d = (max - min) / levels;
+        d / 2.0 + f16_err(min) + levels * f16_err(d) + f32_slack(amax(b))
+    });
+}
+
 #[test]
 fn q4_0_round_trip_budget() {
-    // ggml maps the weight of largest magnitude, `max`, to -8: d = max / -8 and
-    // q = clamp(floor(x / d + 8.5), 0, 15) - 8. Rounding costs at most |d| / 2, except that
-    // x / d in (7.5, 8] (weights near -max) clamps to 7, costing up to |d|. The f16 scale moves
-    // each of the |q| <= 8 steps by at most f16_err(d).
-    let x = test_values(64, 4);
-    check_budget(GgmlType::Q4_0, &x, |b, v| {
-        let max = b.iter().fold(0f32, |m, &v| if v.abs() > m.abs() { v } else { m });
-        let d = max / -8.0;
-        let rounding = if d != 0.0 && v / d > 7.5 { d.abs() } else { d.abs() / 2.0 };
-        rounding + 8.0 * f16_err(d) + f32_slack(amax(b))
-    });
+    symmetric_budget(GgmlType::Q4_0, 8.0, 4);
 }
 
 #[test]
 fn q4_1_round_trip_budget() {
-    // d = (max - min) / 15, m = min and q = round((x - min) / d): rounding costs at most
-    // d / 2. Both are stored as f16: m moves by f16_err(min), each of the q <= 15 steps by
-    // f16_err(d).
-    let x = test_values(64, 5);
-    check_budget(GgmlType::Q4_1, &x, |b, _| {
-        let min = b.iter().copied().fold(f32::INFINITY, f32::min);
-        let max = b.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let d = (max - min) / 15.0;
-        d / 2.0 + f16_err(min) + 15.0 * f16_err(d) + f32_slack(amax(b))
-    });
+    offset_budget(GgmlType::Q4_1, 15.0, 5);
 }
 
 #[test]
 fn q5_0_round_trip_budget() {
-    // As Q4_0 with 32 codes: the weight of largest magnitude maps to -16, d = max / -16.
-    let x = test_values(64, 6);
-    check_budget(GgmlType::Q5_0, &x, |b, v| {
-        let max = b.iter().fold(0f32, |m, &v| if v.abs() > m.abs() { v } else { m });
-        let d = max / -16.0;
-        let rounding = if d != 0.0 && v / d > 15.5 { d.abs() } else { d.abs() / 2.0 };
-        rounding + 16.0 * f16_err(d) + f32_slack(amax(b))
-    });
+    symmetric_budget(GgmlType::Q5_0, 16.0, 6);
 }
 
 #[test]
 fn q5_1_round_trip_budget() {
-    // As Q4_1 with 32 codes: d = (max - min) / 31.
-    let x = test_values(64, 7);
-    check_budget(GgmlType::Q5_1, &x, |b, _| {
-        let min = b.iter().copied().fold(f32::INFINITY, f32::min);
-        let max = b.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let d = (max - min) / 31.0;
-        d / 2.0 + f16_err(min) + 31.0 * f16_err(d) + f32_slack(amax(b))
-    });
+    offset_budget(GgmlType::Q5_1, 31.0, 7);
 }
 
 #[test]

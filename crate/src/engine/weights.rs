@@ -1,6 +1,6 @@
 //! The model's weights on the GPU, uploaded in their GGUF block formats.
 
-use crate::gguf::GgufHeader;
+use crate::gguf::{GgufHeader, TensorInfo};
 use crate::gpu::context::Gpu;
 use crate::gpu::weights::GpuWeight;
 use crate::model::{Config, ModelError};
@@ -59,6 +59,15 @@ pub enum Destination {
     Host,
 }
 
+/// Uploads the tensors `infos` into `buffer` one after another, from its start.
+fn stack(targets: &mut Vec<UploadTarget>, buffer: &wgpu::Buffer, infos: &[&TensorInfo]) {
+    let mut dst_offset = 0;
+    for t in infos {
+        targets.push(UploadTarget { offset: t.offset, len: t.n_bytes, dest: Destination::Gpu { buffer: buffer.clone(), dst_offset } });
+        dst_offset += t.n_bytes;
+    }
+}
+
 impl ModelWeights {
     /// Buffers for every weight the model uses, and where in the file each one's bytes are.
     /// Nothing is written yet: the bytes arrive later (`loader`), so no copy of the file is held.
@@ -93,12 +102,7 @@ impl ModelWeights {
             let rows = infos.iter().map(|t| t.dims[1] as usize).sum();
             let w = GpuWeight::allocate(gpu, &name, first.ty, first.dims[0] as usize, rows)?;
             let [part] = w.parts.as_slice() else { return Ok(None) };
-            let mut targets = targets.borrow_mut();
-            let mut dst_offset = 0;
-            for t in &infos {
-                targets.push(UploadTarget { offset: t.offset, len: t.n_bytes, dest: Destination::Gpu { buffer: part.buffer.clone(), dst_offset } });
-                dst_offset += t.n_bytes;
-            }
+            stack(&mut targets.borrow_mut(), &part.buffer, &infos);
             Ok(Some(w))
         };
         // Layer i's q, k and v biases in one buffer, in the order of the q/k/v product's rows.
@@ -106,11 +110,7 @@ impl ModelWeights {
             let infos = ["attn_q", "attn_k", "attn_v"].map(|s| info(&format!("blk.{i}.{s}.bias")));
             let infos = infos.into_iter().collect::<Result<Vec<_>, _>>()?;
             let buffer = gpu.storage(&format!("blk.{i}.attn_qkv.bias"), infos.iter().map(|t| t.n_bytes).sum());
-            let mut dst_offset = 0;
-            for t in infos {
-                targets.borrow_mut().push(UploadTarget { offset: t.offset, len: t.n_bytes, dest: Destination::Gpu { buffer: buffer.clone(), dst_offset } });
-                dst_offset += t.n_bytes;
-            }
+            stack(&mut targets.borrow_mut(), &buffer, &infos);
             Ok(buffer)
         };
         let layers = (0..cfg.n_layers)
