@@ -1,21 +1,23 @@
 // Causal grouped-query attention over the paged f16 KV cache, split over the keys
-// (flash-decoding): `partial` gives one workgroup to each (key split, KV head, token), so a
-// single decoded token over a long cached prefix still spreads over many workgroups; `combine`
-// merges each query head's splits. Query t (position start_pos + t) of each of the G = H / HKV
-// query heads sharing KV head kh attends positions 0 ..= start_pos + t, read through the page
-// table.
+// (flash-decoding): `partial` gives one workgroup to each (key split, KV head, block of TB
+// tokens), so a single decoded token over a long cached prefix still spreads over many
+// workgroups; `combine` merges each query head's splits. Query t (position start_pos + t) of each
+// of the G = H / HKV query heads sharing KV head kh attends positions 0 ..= start_pos + t, read
+// through the page table.
 //
 // A split of `partial` walks its keys in tiles of TK: the lanes load the tile's keys into
 // workgroup memory together (adjacent lanes read adjacent words of a key), score them against
-// the G queries, update each head's running max and sum (online softmax), load the values over
-// the keys and accumulate. Each split leaves its unnormalised output, max and sum in `scratch`.
-// `lanes` computes the same splits without workgroup memory, for CPU adapters.
+// the block's TB · G queries (its rows: a warm step's new tokens share each tile), update each
+// row's running max and sum (online softmax), load the values over the keys and accumulate. Each
+// split leaves its unnormalised output, max and sum in `scratch`. `lanes` computes the same
+// splits without workgroup memory, for CPU adapters.
 
 override H: u32;          // query heads
 override HKV: u32;        // KV heads (divides H, H / HKV <= MAX_G)
 override D: u32;          // head dimension (even, <= MAX_D)
 override PAGE: u32 = 16u; // tokens per page
 override TK: u32;         // keys per tile (gpu/ops/attention_paged.rs tile_keys: TK · (D/2 + 1) <= TILE_WORDS)
+override TB: u32 = MAX_G / (H / HKV); // tokens per workgroup of `partial` (gpu/ops/attention_paged.rs tokens_per_block)
 
 struct SplitParams {
     keys_per_split: u32, // a multiple of TK
@@ -42,9 +44,9 @@ const OUT_PER_LANE: u32 = MAX_G * MAX_D / 2u / WG;
 const NEG_BIG: f32 = -3.40282346e38; // a finite -inf: exp(NEG_BIG - m) is 0 without inf - inf
 
 // 8 KiB + 4160 B + 1 KiB + 96 B, under WebGPU's 16 KiB of workgroup storage.
-var<workgroup> qs: array<vec2<f32>, MAX_G * MAX_D / 2u>; // [g][i] the queries, pre-scaled by 1/sqrt(D)
+var<workgroup> qs: array<vec2<f32>, MAX_G * MAX_D / 2u>; // [r][i] the rows' queries, pre-scaled by 1/sqrt(D)
 var<workgroup> tile: array<u32, TILE_WORDS>;              // [j][i] a tile's keys, then its values (rows padded by a word)
-var<workgroup> probs: array<f32, MAX_G * MAX_TK>;         // [g][j] scores, then exp(score - running max)
+var<workgroup> probs: array<f32, MAX_G * MAX_TK>;         // [r][j] scores, then exp(score - running max)
 var<workgroup> run_max: array<f32, MAX_G>;
 var<workgroup> run_sum: array<f32, MAX_G>;
 var<workgroup> correction: array<f32, MAX_G>;
@@ -73,94 +75,102 @@ fn load_tile(cache_is_k: bool, k0: u32, n: u32, kh: u32, lid: u32) {
 fn partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let s = wid.x;
     let kh = wid.y;
-    let t = wid.z;
-    let n_keys = params.start_pos + t + 1u;
-    let k_begin = s * split.keys_per_split;
-    // Uniform per workgroup: a token past the batch, or a split past this query's keys.
-    if (t >= params.n_tokens || k_begin >= n_keys) {
+    let t0 = wid.z * TB;
+    let g_count = H / HKV;
+    // Uniform per workgroup: tokens past the batch, or a split past every row's keys.
+    if (t0 >= params.n_tokens) {
         return;
     }
-    let k_end = min(k_begin + split.keys_per_split, n_keys);
-    let g_count = H / HKV;
+    let n_rows = min(TB, params.n_tokens - t0) * g_count;
+    let k_begin = s * split.keys_per_split;
+    let keys_of_last = params.start_pos + t0 + (n_rows - 1u) / g_count + 1u;
+    if (k_begin >= keys_of_last) {
+        return;
+    }
+    let k_end = min(k_begin + split.keys_per_split, keys_of_last);
     let half_d = D / 2u;
     let row = half_d + 1u;
     let scale = inverseSqrt(f32(D));
-    for (var e = lid; e < g_count * half_d; e += WG) {
-        let qi = (t * H + kh * g_count) * D + 2u * e; // heads of a group are adjacent
+    for (var e = lid; e < n_rows * half_d; e += WG) {
+        let qi = row_query(kh, t0 * g_count + e / half_d) + 2u * (e % half_d);
         qs[e] = vec2<f32>(q[qi], q[qi + 1u]) * scale;
     }
-    if (lid < g_count) {
+    if (lid < n_rows) {
         run_max[lid] = NEG_BIG;
         run_sum[lid] = 0.0;
     }
-    var acc = array<vec2<f32>, OUT_PER_LANE>(); // output pairs lid, lid + WG, … of [g][i]
+    var acc = array<vec2<f32>, OUT_PER_LANE>(); // output pairs lid, lid + WG, … of [r][i]
     workgroupBarrier();
 
     for (var k0 = k_begin; k0 < k_end; k0 += TK) {
         let n = min(TK, k_end - k0);
         load_tile(true, k0, n, kh, lid);
         workgroupBarrier();
-        for (var e = lid; e < g_count * TK; e += WG) {
-            let g = e / TK;
+        for (var e = lid; e < n_rows * TK; e += WG) {
+            let r = e / TK;
             let j = e % TK;
             var score = NEG_BIG;
-            if (j < n) {
+            // Row r's token attends keys before start_pos + t0 + r / G + 1. A row none of whose
+            // keys are in this split leaves values the combine never reads.
+            if (j < n && k0 + j <= params.start_pos + t0 + r / g_count) {
                 score = 0.0;
                 for (var i = 0u; i < half_d; i++) {
-                    score += dot(unpack2x16float(tile[j * row + i]), qs[g * half_d + i]);
+                    score += dot(unpack2x16float(tile[j * row + i]), qs[r * half_d + i]);
                 }
             }
-            probs[g * MAX_TK + j] = score;
+            probs[r * MAX_TK + j] = score;
         }
         workgroupBarrier();
-        if (lid < g_count) {
-            let g = lid;
-            var m_new = run_max[g];
+        if (lid < n_rows) {
+            let r = lid;
+            var m_new = run_max[r];
             for (var j = 0u; j < n; j++) {
-                m_new = max(m_new, probs[g * MAX_TK + j]);
+                m_new = max(m_new, probs[r * MAX_TK + j]);
             }
             var sum = 0.0;
             for (var j = 0u; j < n; j++) {
-                let p = exp(probs[g * MAX_TK + j] - m_new);
-                probs[g * MAX_TK + j] = p;
+                let p = exp(probs[r * MAX_TK + j] - m_new);
+                probs[r * MAX_TK + j] = p;
                 sum += p;
             }
-            correction[g] = exp(run_max[g] - m_new);
-            run_sum[g] = run_sum[g] * correction[g] + sum;
-            run_max[g] = m_new;
+            correction[r] = exp(run_max[r] - m_new);
+            run_sum[r] = run_sum[r] * correction[r] + sum;
+            run_max[r] = m_new;
         }
         load_tile(false, k0, n, kh, lid); // the keys are scored: the tile takes the values
         workgroupBarrier();
-        for (var r = 0u; r < OUT_PER_LANE; r++) {
-            let o = lid + r * WG;
-            if (o < g_count * half_d) {
-                let g = o / half_d;
+        for (var u = 0u; u < OUT_PER_LANE; u++) {
+            let o = lid + u * WG;
+            if (o < n_rows * half_d) {
+                let r = o / half_d;
                 let i = o % half_d;
-                var a = acc[r] * correction[g];
+                var a = acc[u] * correction[r];
                 for (var j = 0u; j < n; j++) {
-                    a += probs[g * MAX_TK + j] * unpack2x16float(tile[j * row + i]);
+                    a += probs[r * MAX_TK + j] * unpack2x16float(tile[j * row + i]);
                 }
-                acc[r] = a;
+                acc[u] = a;
             }
         }
         workgroupBarrier(); // the next tile overwrites `tile` and `probs`
     }
 
+    // Row r is query head kh·G + r % G of token t0 + r / G.
     let stride = D + 2u;
-    for (var r = 0u; r < OUT_PER_LANE; r++) {
-        let o = lid + r * WG;
-        if (o < g_count * half_d) {
-            let g = o / half_d;
+    for (var u = 0u; u < OUT_PER_LANE; u++) {
+        let o = lid + u * WG;
+        if (o < n_rows * half_d) {
+            let r = o / half_d;
             let i = o % half_d;
-            let at = ((t * H + kh * g_count + g) * split.splits + s) * stride + 2u * i;
-            scratch[at] = acc[r].x;
-            scratch[at + 1u] = acc[r].y;
+            let at = ((t0 * H + (r / g_count) * H + kh * g_count + r % g_count) * split.splits + s) * stride + 2u * i;
+            scratch[at] = acc[u].x;
+            scratch[at + 1u] = acc[u].y;
         }
     }
-    if (lid < g_count) {
-        let at = ((t * H + kh * g_count + lid) * split.splits + s) * stride + D;
-        scratch[at] = run_max[lid];
-        scratch[at + 1u] = run_sum[lid];
+    if (lid < n_rows) {
+        let r = lid;
+        let at = ((t0 * H + (r / g_count) * H + kh * g_count + r % g_count) * split.splits + s) * stride + D;
+        scratch[at] = run_max[r];
+        scratch[at + 1u] = run_sum[r];
     }
 }
 
@@ -258,4 +268,225 @@ fn combine(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
         }
         out[(t * H + h) * D + d] = o / l;
     }
+}
+
+// ---- Rows: a step of several tokens as two products, for CPU adapters ----
+//
+// `lanes` gives each query its own walk over the keys, so a warm step (dozens of new tokens over
+// a long cached prefix) gathers every key once per query. Here the step's queries share them, as
+// a matrix product does: `rows_scores` computes the score matrix, each lane 4 query rows × 8 keys
+// in named vectors (as matmul_rows); `rows_softmax` turns each row into probabilities; `rows_pv`
+// multiplies them by the values, each lane 4 rows × 8 dimensions. For KV head kh, row r = t·G + g
+// is query head kh·G + g of token t (G = H / HKV); rows are padded to a multiple of 4. `scratch`
+// holds S[kh][j][r] for the step's NK = start_pos + n_tokens keys, then 1 / sum per (kh, r).
+// (gpu/ops/attention_paged.rs rows_scratch_words.)
+const ROW_LANES: u32 = 16u;
+
+var<private> s0: vec4<f32>;
+var<private> s1: vec4<f32>;
+var<private> s2: vec4<f32>;
+var<private> s3: vec4<f32>;
+var<private> s4: vec4<f32>;
+var<private> s5: vec4<f32>;
+var<private> s6: vec4<f32>;
+var<private> s7: vec4<f32>;
+
+fn clear_sums() {
+    s0 = vec4<f32>();
+    s1 = vec4<f32>();
+    s2 = vec4<f32>();
+    s3 = vec4<f32>();
+    s4 = vec4<f32>();
+    s5 = vec4<f32>();
+    s6 = vec4<f32>();
+    s7 = vec4<f32>();
+}
+
+fn rows_count() -> u32 {
+    return (H / HKV) * params.n_tokens;
+}
+
+fn rows_stride() -> u32 {
+    return (rows_count() + 3u) & ~3u;
+}
+
+fn rows_keys() -> u32 {
+    return params.start_pos + params.n_tokens;
+}
+
+// Where row r's query for KV head kh begins in q.
+fn row_query(kh: u32, r: u32) -> u32 {
+    let g_count = H / HKV;
+    return ((r / g_count) * H + kh * g_count + r % g_count) * D;
+}
+
+// How many keys row r attends to.
+fn row_keys(r: u32) -> u32 {
+    return params.start_pos + r / (H / HKV) + 1u;
+}
+
+// Where the 1 / sum of row r of KV head kh is kept.
+fn row_inverse_sum(kh: u32, r: u32) -> u32 {
+    return (HKV * rows_keys() + kh) * rows_stride() + r;
+}
+
+fn query4(at: u32) -> vec4<f32> {
+    return vec4<f32>(q[at], q[at + 1u], q[at + 2u], q[at + 3u]);
+}
+
+fn key4(at: u32) -> vec4<f32> {
+    return vec4<f32>(unpack2x16float(k_cache[at]), unpack2x16float(k_cache[at + 1u]));
+}
+
+fn value4(at: u32) -> vec4<f32> {
+    return vec4<f32>(unpack2x16float(v_cache[at]), unpack2x16float(v_cache[at + 1u]));
+}
+
+fn store4(at: u32, v: vec4<f32>) {
+    scratch[at] = v.x;
+    scratch[at + 1u] = v.y;
+    scratch[at + 2u] = v.z;
+    scratch[at + 3u] = v.w;
+}
+
+// Lane (kh, key block, row block): rows r0 .. r0 + 3 against keys j0 .. j0 + 7. Rows and keys
+// past the end are clamped for loading; keys past the end are never stored.
+@compute @workgroup_size(ROW_LANES)
+fn rows_scores(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let lane = linear_group(wid, nwg) * ROW_LANES + lid;
+    let rs = rows_stride();
+    let row_blocks = rs / 4u;
+    let nk = rows_keys();
+    let key_blocks = (nk + 7u) / 8u;
+    let r0 = (lane % row_blocks) * 4u;
+    let j0 = (lane / row_blocks % key_blocks) * 8u;
+    let kh = lane / row_blocks / key_blocks;
+    let last_row = min(r0 + 3u, rows_count() - 1u);
+    // Uniform enough: keys no row of the block attends to are never read.
+    if (kh >= HKV || j0 >= row_keys(last_row)) {
+        return;
+    }
+    let qr = vec4<u32>(row_query(kh, r0), row_query(kh, min(r0 + 1u, last_row)), row_query(kh, min(r0 + 2u, last_row)), row_query(kh, last_row));
+    let jl = nk - 1u;
+    let ka = vec4<u32>(cache_offset(j0, kh), cache_offset(min(j0 + 1u, jl), kh), cache_offset(min(j0 + 2u, jl), kh), cache_offset(min(j0 + 3u, jl), kh));
+    let kb = vec4<u32>(cache_offset(min(j0 + 4u, jl), kh), cache_offset(min(j0 + 5u, jl), kh), cache_offset(min(j0 + 6u, jl), kh), cache_offset(min(j0 + 7u, jl), kh));
+    clear_sums();
+    for (var i = 0u; i < D; i += 4u) {
+        let w = i / 2u;
+        // Columns are keys: a row's query times the matrix is its four scores.
+        let ca = mat4x4<f32>(key4(ka.x + w), key4(ka.y + w), key4(ka.z + w), key4(ka.w + w));
+        let cb = mat4x4<f32>(key4(kb.x + w), key4(kb.y + w), key4(kb.z + w), key4(kb.w + w));
+        let q0 = query4(qr.x + i);
+        let q1 = query4(qr.y + i);
+        let q2 = query4(qr.z + i);
+        let q3 = query4(qr.w + i);
+        s0 += q0 * ca;
+        s1 += q1 * ca;
+        s2 += q2 * ca;
+        s3 += q3 * ca;
+        s4 += q0 * cb;
+        s5 += q1 * cb;
+        s6 += q2 * cb;
+        s7 += q3 * cb;
+    }
+    // Transposed, column c holds key c's scores for the four rows: one store of 4 per key.
+    let scale = inverseSqrt(f32(D));
+    let ta = transpose(mat4x4<f32>(s0, s1, s2, s3)) * scale;
+    let tb = transpose(mat4x4<f32>(s4, s5, s6, s7)) * scale;
+    let at = (kh * nk + j0) * rs + r0;
+    store4(at, ta[0]);
+    if (j0 + 1u < nk) { store4(at + rs, ta[1]); }
+    if (j0 + 2u < nk) { store4(at + 2u * rs, ta[2]); }
+    if (j0 + 3u < nk) { store4(at + 3u * rs, ta[3]); }
+    if (j0 + 4u < nk) { store4(at + 4u * rs, tb[0]); }
+    if (j0 + 5u < nk) { store4(at + 5u * rs, tb[1]); }
+    if (j0 + 6u < nk) { store4(at + 6u * rs, tb[2]); }
+    if (j0 + 7u < nk) { store4(at + 7u * rs, tb[3]); }
+}
+
+// Lane (kh, r): row r's scores over the keys it attends to become exp(score - max), the rest 0,
+// and its 1 / sum is kept. Padding rows become 0.
+@compute @workgroup_size(ROW_LANES)
+fn rows_softmax(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let lane = linear_group(wid, nwg) * ROW_LANES + lid;
+    let rs = rows_stride();
+    let kh = lane / rs;
+    let r = lane % rs;
+    if (kh >= HKV) {
+        return;
+    }
+    let nk = rows_keys();
+    let base = kh * nk * rs + r;
+    let n = select(0u, row_keys(r), r < rows_count());
+    var m = NEG_BIG;
+    for (var j = 0u; j < n; j++) {
+        m = max(m, scratch[base + j * rs]);
+    }
+    var l = 0.0;
+    for (var j = 0u; j < n; j++) {
+        let p = exp(scratch[base + j * rs] - m);
+        scratch[base + j * rs] = p;
+        l += p;
+    }
+    for (var j = n; j < nk; j++) {
+        scratch[base + j * rs] = 0.0;
+    }
+    scratch[row_inverse_sum(kh, r)] = select(0.0, 1.0 / l, n > 0u);
+}
+
+// out for row r of KV head kh, dimensions d0 .. d0 + 7.
+fn store_row(kh: u32, r: u32, d0: u32, lo: vec4<f32>, hi: vec4<f32>) {
+    let at = row_query(kh, r) + d0;
+    let inv = scratch[row_inverse_sum(kh, r)];
+    out[at] = lo.x * inv;
+    out[at + 1u] = lo.y * inv;
+    out[at + 2u] = lo.z * inv;
+    out[at + 3u] = lo.w * inv;
+    out[at + 4u] = hi.x * inv;
+    out[at + 5u] = hi.y * inv;
+    out[at + 6u] = hi.z * inv;
+    out[at + 7u] = hi.w * inv;
+}
+
+// Lane (kh, row block, dimension block): rows r0 .. r0 + 3, dimensions d0 .. d0 + 7, summed over
+// the keys the block's last row attends to (the others' probabilities are 0 past their own).
+@compute @workgroup_size(ROW_LANES)
+fn rows_pv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let lane = linear_group(wid, nwg) * ROW_LANES + lid;
+    let rs = rows_stride();
+    let dim_blocks = D / 8u;
+    let d0 = (lane % dim_blocks) * 8u;
+    let r0 = (lane / dim_blocks % (rs / 4u)) * 4u;
+    let kh = lane / dim_blocks / (rs / 4u);
+    let n_rows = rows_count();
+    if (kh >= HKV || r0 >= n_rows) {
+        return;
+    }
+    let last_row = min(r0 + 3u, n_rows - 1u);
+    let n = row_keys(last_row);
+    clear_sums();
+    // s_c[i]: row i's sum for dimension d0 + c.
+    var at = kh * rows_keys() * rs + r0;
+    for (var j = 0u; j < n; j++) {
+        let p = vec4<f32>(scratch[at], scratch[at + 1u], scratch[at + 2u], scratch[at + 3u]);
+        at += rs;
+        let w = cache_offset(j, kh) + d0 / 2u;
+        let lo = value4(w);
+        let hi = value4(w + 2u);
+        s0 += p * lo.x;
+        s1 += p * lo.y;
+        s2 += p * lo.z;
+        s3 += p * lo.w;
+        s4 += p * hi.x;
+        s5 += p * hi.y;
+        s6 += p * hi.z;
+        s7 += p * hi.w;
+    }
+    // Transposed, column i holds row i's dimensions.
+    let lo = transpose(mat4x4<f32>(s0, s1, s2, s3));
+    let hi = transpose(mat4x4<f32>(s4, s5, s6, s7));
+    store_row(kh, r0, d0, lo[0], hi[0]);
+    if (r0 + 1u < n_rows) { store_row(kh, r0 + 1u, d0, lo[1], hi[1]); }
+    if (r0 + 2u < n_rows) { store_row(kh, r0 + 2u, d0, lo[2], hi[2]); }
+    if (r0 + 3u < n_rows) { store_row(kh, r0 + 3u, d0, lo[3], hi[3]); }
 }

@@ -516,9 +516,9 @@ fn f16_round(v: &[f32]) -> Vec<f32> {
 
 /// Fills positions 0..start + t of a paged f16 cache (a shuffled page table) with random keys
 /// and values, then runs attention for the last t queries (built for batches of `max_batch`,
-/// which bounds how many key splits a step may use). Returns the splits used.
+/// which bounds how many key splits a step may use). Returns how the step ran.
 #[allow(clippy::too_many_arguments)]
-fn check_kv_and_attention(gpu: &Gpu, rng: &mut SplitMix64, shape: AttentionShape, h: usize, hkv: usize, d: usize, page: usize, start: usize, t: usize, max_batch: usize) -> u32 {
+fn check_kv_and_attention(gpu: &Gpu, rng: &mut SplitMix64, shape: AttentionShape, h: usize, hkv: usize, d: usize, page: usize, start: usize, t: usize, max_batch: usize) -> AttentionPlan {
     let len = start + t;
     let (page_table, pool) = shuffled_pages(rng, len.div_ceil(page));
     let page_table = &page_table[..];
@@ -540,17 +540,24 @@ fn check_kv_and_attention(gpu: &Gpu, rng: &mut SplitMix64, shape: AttentionShape
     let op = AttentionPaged::new(gpu, shape, h, hkv, d, page, max_batch);
     let step = gpu.uniform("step", &StepParams::new(t as u32, start as u32));
     let plan = op.plan(t as u32, start as u32);
-    let split = gpu.uniform("split", &plan);
+    let split = gpu.uniform("split", &plan.split_params());
     let qb = gpu.upload("q", f32_bytes(&q));
-    let scratch = gpu.storage("scratch", op.scratch_bytes(d));
+    let scratch = gpu.storage("scratch", op.scratch_bytes());
     let out = gpu.storage("out", (t * h * d * 4) as u64);
     let b = op.bind(gpu, &step, &split, &qb, &ptb, &kc, &vc, &scratch, &out);
-    run(gpu, |p| op.encode(p, &b, t as u32, plan));
+    run(gpu, |p| op.encode(p, &b, t as u32, start as u32, plan));
     // The reference is fed the same f16-rounded K/V, so only summation order differs.
     let want = reference::attention(&q, &k16, &v16, h, hkv, d, start);
-    let what = format!("{shape:?} attention H={h} Hkv={hkv} D={d} page={page} start={start} T={t} in {} splits of {} keys", plan.splits, plan.keys_per_split);
+    let what = format!("{shape:?} attention H={h} Hkv={hkv} D={d} page={page} start={start} T={t} as {plan:?}");
     assert_close(&what, &read(gpu, &out, t * h * d), &want, 1e-4);
-    plan.splits
+    plan
+}
+
+fn splits(plan: AttentionPlan) -> u32 {
+    match plan {
+        AttentionPlan::Splits(split) => split.splits,
+        AttentionPlan::Rows => 0,
+    }
 }
 
 #[test]
@@ -569,9 +576,10 @@ fn paged_attention() {
     let mut check = |shape, h, hkv, d, page, start, t, max_batch| check_kv_and_attention(gpu, &mut rng, shape, h, hkv, d, page, start, t, max_batch);
     for shape in [Tiled, Lanes] {
         // Decode against a long context: many splits.
-        assert!(check(shape, 9, 3, 64, 16, 1500, 1, 64) > 8);
-        // The warm path: a few new tokens over a cached prefix.
-        check(shape, 9, 3, 64, 16, 1000, 32, 512);
+        assert!(splits(check(shape, 9, 3, 64, 16, 1500, 1, 64)) > 8);
+        // The warm path: a few new tokens over a cached prefix (on CPU adapters as products).
+        let warm = check(shape, 9, 3, 64, 16, 1000, 32, 512);
+        assert_eq!(warm == AttentionPlan::Rows, shape == Lanes, "{warm:?}");
         // A large head dimension (8-key tiles), an odd page size with MHA, the largest group.
         check(shape, 4, 1, 256, 16, 40, 7, 64);
         check(shape, 4, 1, 256, 16, 300, 2, 64);
@@ -580,9 +588,16 @@ fn paged_attention() {
         check(shape, 8, 1, 128, 16, 700, 1, 64);
     }
     // A batch whose first queries end before the last split begins (the combine skips it).
-    assert_eq!(check(Tiled, 6, 2, 64, 16, 100, 40, 512), 3);
-    assert!(check(Tiled, 9, 3, 64, 16, 1000, 32, 512) > 1);
-    assert_eq!(check(Lanes, 2, 1, 64, 16, 120, 8, 512), 2);
+    assert_eq!(splits(check(Tiled, 6, 2, 64, 16, 100, 40, 512)), 3);
+    assert!(splits(check(Tiled, 9, 3, 64, 16, 1000, 32, 512)) > 1);
+    assert_eq!(splits(check(Lanes, 2, 1, 64, 16, 120, 1, 512)), 2);
+    // CPU adapters: a head dimension that is not a multiple of 8 keeps `lanes` for every step,
+    // and so does a step whose score matrix would outgrow the 32 MiB scratch.
+    assert!(splits(check(Lanes, 3, 3, 36, 16, 50, 5, 64)) > 0);
+    assert_eq!(check(Lanes, 8, 1, 64, 16, 1500, 2, 64), AttentionPlan::Rows);
+    let op = AttentionPaged::new(gpu, Lanes, 8, 1, 64, 16, 512);
+    assert_eq!(op.plan(512, 1500), AttentionPlan::Rows); // 4096 rows × 2013 keys: 31.5 MiB
+    assert!(splits(op.plan(512, 1600)) > 0);
 }
 
 #[test]

@@ -8,7 +8,7 @@
 
 use crate::gpu::context::Gpu;
 use crate::gpu::ops::{
-    topk, AttentionInput, AttentionPaged, AttentionPagedBinding, Embed, EmbedBinding, KernelShapes, Matmul, MatmulBinding, PickParams, RmsNorm,
+    topk, AttentionInput, AttentionPaged, AttentionPlan, AttentionPagedBinding, Embed, EmbedBinding, KernelShapes, Matmul, MatmulBinding, PickParams, RmsNorm,
     RmsNormBinding, SiluMul, SiluMulBinding, SplitParams, Top2, Top2Binding, Top2Op, TopKBinding, TopKOp, TOP2_BYTES, TOPK_BYTES,
 };
 use crate::gpu::profile::{OpRole, Profiler, Recorder};
@@ -151,7 +151,7 @@ impl Forward {
             };
             let attn_op = AttentionPaged::new(gpu, shapes.attention, nh, nkv, d, ps, max_batch);
             // Layers run one after another: they share one scratch buffer for attention's splits.
-            let scratch = attn_scratch.get_or_insert_with(|| gpu.storage("attention.scratch", attn_op.scratch_bytes(d)));
+            let scratch = attn_scratch.get_or_insert_with(|| gpu.storage("attention.scratch", attn_op.scratch_bytes()));
             let attn_b = attn_op.bind(gpu, &step, &split, &q, &page_table, caches[0], caches[1], scratch, &att);
             let ffn_in = match (&lw.ffn_in, &apart) {
                 (FfnIn::GateUp(gu), _) => {
@@ -268,8 +268,8 @@ impl Forward {
         q.write_buffer(&self.step, 0, bytemuck::bytes_of(&step));
         let last = StepParams { n_tokens: 1, start_pos: (start_pos + n - 1) as u32, ..Default::default() };
         q.write_buffer(&self.step_last, 0, bytemuck::bytes_of(&last));
-        let plan = self.layers.first().map_or_else(SplitParams::default, |layer| layer.attn.0.plan(n as u32, start_pos as u32));
-        q.write_buffer(&self.split, 0, bytemuck::bytes_of(&plan));
+        let plan = self.layers.first().map_or(AttentionPlan::Splits(SplitParams::default()), |layer| layer.attn.0.plan(n as u32, start_pos as u32));
+        q.write_buffer(&self.split, 0, bytemuck::bytes_of(&plan.split_params()));
         match (head, &self.topk) {
             (Head::Top2 { ban }, _) => {
                 let pick = PickParams { n_banned: if ban { self.n_banned } else { 0 }, ..Default::default() };
@@ -283,14 +283,14 @@ impl Forward {
         let ops = match &self.profiler {
             Some(p) => {
                 let mut rec = p.recorder(&mut enc);
-                self.record(&mut rec, n as u32, plan, head);
+                self.record(&mut rec, n as u32, start_pos as u32, plan, head);
                 let ops = rec.finish();
                 p.resolve(&mut enc, ops.len());
                 Some(ops)
             }
             None => {
                 let mut rec = Recorder::one_pass(&mut enc, "forward");
-                self.record(&mut rec, n as u32, plan, head);
+                self.record(&mut rec, n as u32, start_pos as u32, plan, head);
                 rec.finish();
                 None
             }
@@ -312,15 +312,15 @@ impl Forward {
         Ok(())
     }
 
-    /// Encodes the pass's ops, in order, for a batch of `t` tokens.
-    fn record(&self, rec: &mut Recorder<'_>, t: u32, plan: SplitParams, head: Head) {
+    /// Encodes the pass's ops, in order, for a batch of `t` tokens after `start_pos`.
+    fn record(&self, rec: &mut Recorder<'_>, t: u32, start_pos: u32, plan: AttentionPlan, head: Head) {
         rec.op(OpRole::Embed, 1, |p| self.embed.0.encode(p, &self.embed.1, t));
         for layer in &self.layers {
             for (op, b) in &layer.attn_in {
                 rec.op(OpRole::QkvMatmul, b.dispatches(), |p| op.encode(p, b, t));
             }
             let (attn, attn_b) = &layer.attn;
-            rec.op(OpRole::Attention, 2, |p| attn.encode(p, attn_b, t, plan));
+            rec.op(OpRole::Attention, plan.dispatches(), |p| attn.encode(p, attn_b, t, start_pos, plan));
             let (o, o_b) = &layer.o;
             rec.op(OpRole::OutMatmul, o_b.dispatches(), |p| o.encode(p, o_b, t));
             match &layer.ffn_in {

@@ -1,6 +1,7 @@
-//! Causal GQA attention over the paged f16 KV cache, split over the keys (attention_paged.wgsl:
+//! Causal GQA attention over the paged f16 KV cache (attention_paged.wgsl). Split over the keys:
 //! `partial` per (split, KV head, token), or `lanes` on CPU adapters, then `combine` per
-//! (head, token)).
+//! (head, token). On CPU adapters a step of several tokens runs as two products instead
+//! (`rows_scores`, `rows_softmax`, `rows_pv`), its score matrix in the scratch buffer.
 
 use super::wgsl;
 use crate::gpu::pipelines::{dispatch_linear, Kernel, OpKind, PipelineKey, Slot};
@@ -31,6 +32,12 @@ const SPLITS_AT_ONE_TOKEN: u32 = 64;
 const LANES: u32 = 16;
 const TARGET_LANES: u32 = 128;
 const MIN_KEYS_PER_LANE: u32 = 64;
+/// The rows variant: lanes per workgroup (attention_paged.wgsl ROW_LANES), the fewest tokens a
+/// step needs to take it, and the most scratch its score matrix may use (a step whose matrix
+/// is larger takes `lanes`).
+const ROW_LANES: u32 = 16;
+const MIN_ROWS_TOKENS: u32 = 2;
+const MAX_ROWS_SCRATCH_BYTES: u64 = 32 << 20;
 
 /// How the kernel is shaped for the adapter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,10 +45,10 @@ pub enum AttentionShape {
     /// Workgroups of 64 lanes over tiles of keys in workgroup memory: real GPUs, the default.
     Tiled,
     /// One lane per (token, head, split), no workgroup memory or barriers: CPU adapters
-    /// (llvmpipe, SwiftShader), where a barrier costs more than a tile's arithmetic.
+    /// (llvmpipe, SwiftShader), where a barrier costs more than a tile's arithmetic. Steps of
+    /// several tokens run as two products, whose lanes share each key among 4 queries.
     Lanes,
 }
-
 
 /// attention_paged.wgsl `SplitParams`: how a step's keys are split.
 #[repr(C)]
@@ -50,6 +57,44 @@ pub struct SplitParams {
     pub keys_per_split: u32,
     pub splits: u32,
     pub _pad: [u32; 2],
+}
+
+/// How a step runs: its keys split over workgroups (the values of the bound `split` uniform),
+/// or as two products over its score matrix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttentionPlan {
+    Splits(SplitParams),
+    Rows,
+}
+
+impl AttentionPlan {
+    /// What the `split` uniform holds for this step (unread by the rows kernels).
+    pub fn split_params(&self) -> SplitParams {
+        match self {
+            Self::Splits(split) => *split,
+            Self::Rows => SplitParams::default(),
+        }
+    }
+
+    pub fn dispatches(&self) -> u32 {
+        match self {
+            Self::Splits(_) => 2,
+            Self::Rows => 3,
+        }
+    }
+}
+
+/// The rows kernels' pipelines.
+struct RowsKernels {
+    scores: wgpu::ComputePipeline,
+    softmax: wgpu::ComputePipeline,
+    pv: wgpu::ComputePipeline,
+}
+
+/// Tokens per workgroup of `partial` (attention_paged.wgsl TB): as many as make MAX_GROUP rows
+/// of (token, query head).
+fn tokens_per_block(n_heads: u32, n_kv_heads: u32) -> u32 {
+    MAX_GROUP as u32 / (n_heads / n_kv_heads)
 }
 
 /// Keys per tile for a head dimension: as many as the tile's workgroup words hold (rows of
@@ -65,9 +110,14 @@ pub struct AttentionPaged {
     n_heads: u32,
     n_kv_heads: u32,
     tile_keys: u32,
+    head_dim: u32,
     max_batch: u32,
     partial: wgpu::ComputePipeline,
     combine: wgpu::ComputePipeline,
+    /// On CPU adapters, for head dimensions that are a multiple of 8.
+    rows: Option<RowsKernels>,
+    /// Scratch bytes the rows kernels may use (0 without them).
+    rows_scratch_bytes: u64,
 }
 
 pub struct AttentionPagedBinding {
@@ -83,6 +133,7 @@ impl AttentionPaged {
 
     /// For steps of at most `max_batch` tokens; the heads must be `supports`ed.
     pub fn new(gpu: &Gpu, shape: AttentionShape, n_heads: usize, n_kv_heads: usize, head_dim: usize, page_size: usize, max_batch: usize) -> Self {
+        let rows = shape == AttentionShape::Lanes && head_dim.is_multiple_of(8);
         assert!(Self::supports(n_heads, n_kv_heads, head_dim), "attention: unsupported heads {n_heads}/{n_kv_heads} × {head_dim}");
         let tile_keys = tile_keys(head_dim);
         let key = |entry| {
@@ -98,36 +149,53 @@ impl AttentionPaged {
             n_heads: n_heads as u32,
             n_kv_heads: n_kv_heads as u32,
             tile_keys,
+            head_dim: head_dim as u32,
             max_batch: max_batch as u32,
             partial: gpu.pipeline(&KERNEL, key(match shape {
                 AttentionShape::Tiled => "partial",
                 AttentionShape::Lanes => "lanes",
             })),
             combine: gpu.pipeline(&KERNEL, key("combine")),
+            rows: rows.then(|| RowsKernels { scores: gpu.pipeline(&KERNEL, key("rows_scores")), softmax: gpu.pipeline(&KERNEL, key("rows_softmax")), pv: gpu.pipeline(&KERNEL, key("rows_pv")) }),
+            rows_scratch_bytes: if rows { MAX_ROWS_SCRATCH_BYTES.min(gpu.limits.max_storage_buffer_binding_size) } else { 0 },
         }
     }
 
     /// Bytes of the scratch buffer every layer's binding may share (layers run one after another).
-    pub fn scratch_bytes(&self, head_dim: usize) -> u64 {
+    pub fn scratch_bytes(&self) -> u64 {
         let slots = self.max_batch.max(SPLITS_AT_ONE_TOKEN) as u64 * self.n_heads as u64;
-        slots * (head_dim as u64 + 2) * 4
+        (slots * (self.head_dim as u64 + 2) * 4).max(self.rows_scratch_bytes)
     }
 
-    /// How a step of `n_tokens` new tokens after `start_pos` cached ones splits its keys: into
-    /// enough splits to give the GPU TARGET_WORKGROUPS, each at least MIN_TILES_PER_SPLIT tiles
-    /// (on a CPU adapter TARGET_LANES lanes of at least MIN_KEYS_PER_LANE keys), within the
-    /// scratch buffer's room.
-    pub fn plan(&self, n_tokens: u32, start_pos: u32) -> SplitParams {
+    /// Scratch words the rows kernels use for a step (attention_paged.wgsl): the score matrix
+    /// S[kh][key][row] with rows padded to a multiple of 4, then 1 / sum per (kh, row).
+    fn rows_scratch_words(&self, n_tokens: u32, start_pos: u32) -> u64 {
+        let rows = (self.n_heads / self.n_kv_heads * n_tokens).next_multiple_of(4) as u64;
+        self.n_kv_heads as u64 * (start_pos as u64 + n_tokens as u64 + 1) * rows
+    }
+
+    /// How a step of `n_tokens` new tokens after `start_pos` cached ones runs. On a CPU adapter,
+    /// a step of MIN_ROWS_TOKENS or more whose score matrix fits the scratch runs as products.
+    /// Otherwise its keys split into enough splits to give the GPU TARGET_WORKGROUPS, each at
+    /// least MIN_TILES_PER_SPLIT tiles (on a CPU adapter TARGET_LANES lanes of at least
+    /// MIN_KEYS_PER_LANE keys), within the scratch buffer's room.
+    pub fn plan(&self, n_tokens: u32, start_pos: u32) -> AttentionPlan {
+        if self.rows.is_some() && n_tokens >= MIN_ROWS_TOKENS && self.rows_scratch_words(n_tokens, start_pos) * 4 <= self.rows_scratch_bytes {
+            return AttentionPlan::Rows;
+        }
         let n_tokens = n_tokens.max(1);
         let (unit, wanted, min_units) = match self.shape {
-            AttentionShape::Tiled => (self.tile_keys, TARGET_WORKGROUPS.div_ceil(n_tokens * self.n_kv_heads), MIN_TILES_PER_SPLIT),
+            AttentionShape::Tiled => {
+                let blocks = n_tokens.div_ceil(tokens_per_block(self.n_heads, self.n_kv_heads));
+                (self.tile_keys, TARGET_WORKGROUPS.div_ceil(blocks * self.n_kv_heads), MIN_TILES_PER_SPLIT)
+            }
             AttentionShape::Lanes => (1, TARGET_LANES.div_ceil(n_tokens * self.n_heads), MIN_KEYS_PER_LANE),
         };
         let units = (start_pos + n_tokens).div_ceil(unit);
         let room = self.max_batch.max(SPLITS_AT_ONE_TOKEN) / n_tokens;
         let splits = wanted.min(units.div_ceil(min_units)).min(room).max(1);
         let per_split = units.div_ceil(splits);
-        SplitParams { keys_per_split: per_split * unit, splits: units.div_ceil(per_split), _pad: [0; 2] }
+        AttentionPlan::Splits(SplitParams { keys_per_split: per_split * unit, splits: units.div_ceil(per_split), _pad: [0; 2] })
     }
 
     /// Binds `step` (StepParams), `split` (SplitParams), `q` (T, H, D) f32, `page_table` (pages)
@@ -149,19 +217,37 @@ impl AttentionPaged {
         AttentionPagedBinding { group: gpu.bind_group("attention_paged", KERNEL.slots, &[step, split, q, page_table, k_cache, v_cache, scratch, out]) }
     }
 
-    /// Encodes both dispatches for a step planned as `plan` (the values in the bound `split`).
-    pub fn encode(&self, pass: &mut wgpu::ComputePass, binding: &AttentionPagedBinding, n_tokens: u32, plan: SplitParams) {
+    /// Encodes a step of `n_tokens` after `start_pos` planned as `plan` (whose split values are
+    /// in the bound `split`).
+    pub fn encode(&self, pass: &mut wgpu::ComputePass, binding: &AttentionPagedBinding, n_tokens: u32, start_pos: u32, plan: AttentionPlan) {
         if n_tokens == 0 {
             return;
         }
         pass.set_bind_group(0, &binding.group, &[]);
+        let plan = match (plan, &self.rows) {
+            (AttentionPlan::Splits(split), _) => split,
+            (AttentionPlan::Rows, Some(rows)) => return self.encode_rows(pass, rows, n_tokens, start_pos),
+            (AttentionPlan::Rows, None) => return, // `plan` never gives Rows without the kernels
+        };
         pass.set_pipeline(&self.partial);
         match self.shape {
             // splits ≤ 64, heads and tokens: all far below 65535.
-            AttentionShape::Tiled => pass.dispatch_workgroups(plan.splits, self.n_kv_heads, n_tokens),
+            AttentionShape::Tiled => pass.dispatch_workgroups(plan.splits, self.n_kv_heads, n_tokens.div_ceil(tokens_per_block(self.n_heads, self.n_kv_heads))),
             AttentionShape::Lanes => dispatch_linear(pass, (n_tokens * self.n_heads * plan.splits).div_ceil(LANES)),
         }
         pass.set_pipeline(&self.combine);
         pass.dispatch_workgroups(self.n_heads, n_tokens, 1);
+    }
+
+    fn encode_rows(&self, pass: &mut wgpu::ComputePass, rows: &RowsKernels, n_tokens: u32, start_pos: u32) {
+        let row_blocks = (self.n_heads / self.n_kv_heads * n_tokens).div_ceil(4);
+        let keys = start_pos + n_tokens;
+        let lanes = |per_kv_head: u32| (per_kv_head * self.n_kv_heads).div_ceil(ROW_LANES);
+        pass.set_pipeline(&rows.scores);
+        dispatch_linear(pass, lanes(row_blocks * keys.div_ceil(8)));
+        pass.set_pipeline(&rows.softmax);
+        dispatch_linear(pass, lanes(row_blocks * 4));
+        pass.set_pipeline(&rows.pv);
+        dispatch_linear(pass, lanes(row_blocks * self.head_dim / 8));
     }
 }

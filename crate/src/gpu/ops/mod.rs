@@ -12,7 +12,7 @@ pub mod silu_mul;
 pub mod top2;
 pub mod topk;
 
-pub use attention_paged::{AttentionPaged, AttentionPagedBinding, AttentionShape, SplitParams};
+pub use attention_paged::{AttentionPaged, AttentionPagedBinding, AttentionPlan, AttentionShape, SplitParams};
 pub use embed::{Embed, EmbedBinding};
 pub use kv_quant::{KvQuant, KvQuantBinding, SpillParams};
 pub use matmul::{AttentionInput, DecodeShape, Matmul, MatmulBinding};
