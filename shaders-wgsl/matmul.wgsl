@@ -511,3 +511,170 @@ fn matvec_wide(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
         }
     }
 }
+
+const TILE_WG: u32 = 128u;     // gpu/ops/matmul.rs TILE_WG
+const TILE_ROWS: u32 = 64u;    // weight-row slots per workgroup (gpu/ops/matmul.rs TILE_ROWS)
+const TILE_TOKENS: u32 = 32u;  // tokens per workgroup (gpu/ops/matmul.rs TILE_TOKENS)
+const TILE_K: u32 = 32u;       // columns per step
+const TILE_K4: u32 = TILE_K / 4u + 1u; // a tile row in vec4s, padded by one: lanes reading rows 4 apart hit different banks
+// In f32 9 KiB + 4.5 KiB + 1 KiB, under WebGPU's 16 KiB of workgroup storage; TileVec is vec4<f32>
+// or vec4<f16> (tile_f32.wgsl, tile_f16.wgsl).
+var<workgroup> w_tile: array<TileVec, TILE_ROWS * TILE_K4>;   // [slot][k / 4] dequantized weights
+var<workgroup> x_tile: array<TileVec, TILE_TOKENS * TILE_K4>; // [token][k / 4] activations (times norm_w)
+var<workgroup> sq_parts: array<f32, 2u * TILE_WG>;              // each lane's sums of squares of its two tokens
+
+/// The weight row tile slot s of a workgroup starting at output row r0 reads. GATED: slots
+/// 4g, 4g + 1 are the gate's rows r0 + 2g, r0 + 2g + 1 and slots 4g + 2, 4g + 3 up's same rows,
+/// so one lane's four slots hold both halves of two outputs.
+fn tile_weight_row(r0: u32, s: u32) -> u32 {
+    if (GATED) {
+        let j = min(r0 + s / 4u * 2u + s % 2u, N - 1u);
+        return select(N + j, j, s % 4u < 2u);
+    }
+    return weight_row(r0, s, TILE_ROWS);
+}
+
+/// Weights k .. k + 3 of the row starting at byte `row`, zero past K.
+fn tile_weights4(row: u32, k: u32) -> vec4<f32> {
+    if (k + 4u <= K) {
+        return weights4(row, k);
+    }
+    var v = vec4<f32>();
+    for (var e = 0u; e < 4u && k + e < K; e++) {
+        v[e] = weight1(row, k + e);
+    }
+    return v;
+}
+
+/// Raw activations k .. k + 3 of the row starting at `row`, zero past K.
+fn tile_x4(row: u32, k: u32) -> vec4<f32> {
+    if (k + 4u <= K) {
+        return x4_raw(row + k);
+    }
+    var v = vec4<f32>();
+    for (var e = 0u; e < 4u && k + e < K; e++) {
+        v[e] = x[row + k + e];
+    }
+    return v;
+}
+
+/// Slot s's weights at columns 4c .. 4c + 3 of the tile, in f32.
+fn tile_w(s: u32, c: u32) -> vec4<f32> {
+    return vec4<f32>(w_tile[s * TILE_K4 + c]);
+}
+
+/// Token t's activations at columns 4c .. 4c + 3 of the tile, in f32.
+fn tile_x(t: u32, c: u32) -> vec4<f32> {
+    return vec4<f32>(x_tile[t * TILE_K4 + c]);
+}
+
+/// norm4(k), reading no norm weight past K (the activations there are 0).
+fn tile_norm4(k: u32) -> vec4<f32> {
+    if (k + 4u <= K) {
+        return norm4(k);
+    }
+    var v = vec4<f32>(1.0);
+    for (var e = 0u; e < 4u && k + e < K; e++) {
+        if (NORM) {
+            v[e] = norm_w[k + e];
+        }
+    }
+    return v;
+}
+
+/// Stores token t's four sums of a lane's slots, from output row r (GATED: rows r and r + 1,
+/// the gate's sums in a.xy and up's in a.zw).
+fn store_tile4(t: u32, r: u32, a: vec4<f32>, ss: f32) {
+    let v = a * inv_rms(ss);
+    if (ATTN_IN) {
+        // r is even and part.rows even: both rows of each pair or neither.
+        if (r < part.rows) { store_attention_pair(t, r, v.xy); }
+        if (r + 2u < part.rows) { store_attention_pair(t, r + 2u, v.zw); }
+        return;
+    }
+    if (GATED) {
+        let g = silu4(v) * v.zwxy;
+        if (r < N) { store(t, r, g.x); }
+        if (r + 1u < N) { store(t, r + 1u, g.y); }
+        return;
+    }
+    for (var j = 0u; j < 4u; j++) {
+        if (r + j < part.rows) {
+            store(t, r + j, v[j]);
+        }
+    }
+}
+
+// Prefill on GPUs: a workgroup of TILE_WG lanes computes TILE_ROWS weight rows for TILE_TOKENS
+// tokens. Each step of TILE_K columns, the lanes dequantize the rows' weights and load the
+// tokens' activations into workgroup memory together (eight adjacent lanes cover a row's 32
+// columns: adjacent words of the same blocks), then each lane multiplies 4 of the rows by 4 of
+// the tokens from there, so every weight read from storage serves TILE_TOKENS tokens and every
+// activation TILE_ROWS rows.
+@compute @workgroup_size(TILE_WG)
+fn matmul_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let r0 = wid.x * outputs_per_block(TILE_ROWS); // the first output row
+    let t0 = wid.y * TILE_TOKENS;
+    let nt = params.n_tokens;
+    if (r0 >= output_rows() || t0 >= nt) {
+        return; // the whole workgroup: both are uniform
+    }
+    // Loading: lane l fills column group g of slots s, s + 16, s + 32, s + 48 and of tokens
+    // s, s + 16 (clamped to the last token; only real tokens are stored).
+    let g = lid % (TILE_K / 4u);
+    let s = lid / (TILE_K / 4u);
+    let rb = row_bytes(K);
+    let wrow = vec4<u32>(tile_weight_row(r0, s), tile_weight_row(r0, s + 16u), tile_weight_row(r0, s + 32u), tile_weight_row(r0, s + 48u)) * rb;
+    let xa = min(t0 + s, nt - 1u) * K;
+    let xb = min(t0 + s + 16u, nt - 1u) * K;
+    var sq = vec2<f32>();
+    // Multiplying: lane l computes slots 4·rg .. 4·rg + 3 for tokens 4·tg .. 4·tg + 3; acc_i is
+    // token i's four sums.
+    let rg = lid % 16u;
+    let tg = lid / 16u;
+    var acc0 = vec4<f32>();
+    var acc1 = vec4<f32>();
+    var acc2 = vec4<f32>();
+    var acc3 = vec4<f32>();
+    for (var k0 = 0u; k0 < K; k0 += TILE_K) {
+        let k = k0 + g * 4u;
+        w_tile[s * TILE_K4 + g] = TileVec(tile_weights4(wrow.x, k));
+        w_tile[(s + 16u) * TILE_K4 + g] = TileVec(tile_weights4(wrow.y, k));
+        w_tile[(s + 32u) * TILE_K4 + g] = TileVec(tile_weights4(wrow.z, k));
+        w_tile[(s + 48u) * TILE_K4 + g] = TileVec(tile_weights4(wrow.w, k));
+        let a = tile_x4(xa, k);
+        let b = tile_x4(xb, k);
+        if (NORM) {
+            sq += vec2<f32>(dot(a, a), dot(b, b));
+        }
+        let n = tile_norm4(k);
+        x_tile[s * TILE_K4 + g] = TileVec(a * n);
+        x_tile[(s + 16u) * TILE_K4 + g] = TileVec(b * n);
+        workgroupBarrier();
+        for (var c = 0u; c < TILE_K / 4u; c++) {
+            let wm = mat4x4<f32>(tile_w(4u * rg, c), tile_w(4u * rg + 1u, c), tile_w(4u * rg + 2u, c), tile_w(4u * rg + 3u, c));
+            acc0 += tile_x(4u * tg, c) * wm;
+            acc1 += tile_x(4u * tg + 1u, c) * wm;
+            acc2 += tile_x(4u * tg + 2u, c) * wm;
+            acc3 += tile_x(4u * tg + 3u, c) * wm;
+        }
+        workgroupBarrier();
+    }
+    // Token j's sum of squares: lanes 8(j % 16) .. + 7 hold it, in their first (j < 16) or second value.
+    sq_parts[lid] = sq.x;
+    sq_parts[TILE_WG + lid] = sq.y;
+    workgroupBarrier();
+    var ss = vec4<f32>();
+    for (var i = 0u; i < 4u; i++) {
+        let j = 4u * tg + i;
+        for (var e = 0u; e < TILE_K / 4u; e++) {
+            ss[i] += sq_parts[j / 16u * TILE_WG + j % 16u * (TILE_K / 4u) + e];
+        }
+    }
+    let r = r0 + select(4u * rg, 2u * rg, GATED);
+    let t = t0 + 4u * tg;
+    if (t < nt) { store_tile4(t, r, acc0, ss.x); }
+    if (t + 1u < nt) { store_tile4(t + 1u, r, acc1, ss.y); }
+    if (t + 2u < nt) { store_tile4(t + 2u, r, acc2, ss.z); }
+    if (t + 3u < nt) { store_tile4(t + 3u, r, acc3, ss.w); }
+}

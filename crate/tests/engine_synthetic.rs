@@ -12,7 +12,7 @@ use radixlm::engine::{Engine, EngineOptions, Sequence};
 use radixlm::gguf::{GgmlType, GgufFile};
 use radixlm::gpu::context::LimitsPolicy;
 use radixlm::gpu::executor::{block_on, open};
-use radixlm::gpu::ops::KernelShapes;
+use radixlm::gpu::ops::{KernelShapes, MatmulShape};
 use radixlm::model::reference::{ReferenceCache, ReferenceModel};
 use radixlm::model::synthetic::SyntheticSpec;
 
@@ -55,6 +55,13 @@ fn gpu_shaped_kernels_match_the_reference() {
     // The real-GPU shapes (the wide decode product, tiled split attention) on whatever adapter
     // runs the tests; 200 positions so that token-by-token attention splits its keys.
     let opts = EngineOptions { max_batch: 8, kernels: Some(KernelShapes::GPU), ..Default::default() };
+    check(SyntheticSpec::tiny(), opts, 200);
+}
+
+#[test]
+fn gpu_shaped_kernels_with_f16_tiles_match_the_reference() {
+    // As above with the prefill products' workgroup tiles in f16 (shader-f16, which llvmpipe has).
+    let opts = EngineOptions { max_batch: 64, kernels: Some(KernelShapes { matmul: MatmulShape::WideF16, ..KernelShapes::GPU }), ..Default::default() };
     check(SyntheticSpec::tiny(), opts, 200);
 }
 
@@ -122,7 +129,7 @@ fn top_k_sampling_on_the_gpu_draws_what_the_cpu_draws() {
     // Same kernels, so the same logits: the GPU's 64 largest hold the CPU's top-k exactly.
     let bytes = SyntheticSpec { tied_embeddings: false, ..SyntheticSpec::tiny() }.to_gguf();
     let gpu = Arc::new(open(LimitsPolicy::Adapter).unwrap());
-    let shapes = KernelShapes::for_adapter(&gpu.info);
+    let shapes = KernelShapes::for_adapter(&gpu);
     let params = SamplingParams { temperature: 0.9, top_k: 40, top_p: 0.95, seed: 3, max_tokens: 24, ignore_eos: true, ..Default::default() };
     let prompt = tokens(20, 256);
     let run = |gpu_top_k| {

@@ -124,12 +124,12 @@ impl Forward {
         let at = |first_row| AttentionInput { n_q, n_kv, first_row, head_dim: d, rope_freqs: &rope_freqs, rope_neox: cfg.rope_neox, bias: cfg.qkv_bias, page_size: ps };
         // x += input · wᵀ: the residual adds of o and down.
         let residual = |input: &wgpu::Buffer, w: &GpuWeight| {
-            let op = Matmul::with_decode_shape(gpu, shapes.decode, w.ty, w.k, w.n, true);
+            let op = Matmul::with_shape(gpu, shapes.matmul, w.ty, w.k, w.n, true);
             let binding = op.bind(gpu, &step, input, w, &x);
             (op, binding)
         };
         let normed = |w: &GpuWeight, norm_w: &wgpu::Buffer, y: &wgpu::Buffer| {
-            let op = Matmul::with_norm(gpu, shapes.decode, w.ty, w.k, w.n, false, cfg.rms_eps);
+            let op = Matmul::with_norm(gpu, shapes.matmul, w.ty, w.k, w.n, false, cfg.rms_eps);
             let binding = op.bind_normed(gpu, &step, &x, norm_w, w, y);
             (op, binding)
         };
@@ -141,7 +141,7 @@ impl Forward {
                 if cfg.rope_neox && w.parts.iter().any(|p| p.first_row % d != 0) {
                     return Err(EngineError::from(ModelError::BadConfig(format!("layer {i}'s q/k/v weight is split over storage bindings inside a head, which NEOX RoPE cannot serve"))));
                 }
-                let op = Matmul::attention_input(gpu, shapes.decode, w.ty, w.k, w.n, cfg.rms_eps, at(first_row));
+                let op = Matmul::attention_input(gpu, shapes.matmul, w.ty, w.k, w.n, cfg.rms_eps, at(first_row));
                 let binding = op.bind_attention_input(gpu, &step, &x, &lw.attn_norm, w, &q, &page_table, caches, lw.qkv_bias.as_ref());
                 Ok((op, binding))
             };
@@ -155,7 +155,7 @@ impl Forward {
             let attn_b = attn_op.bind(gpu, &step, &split, &q, &page_table, caches[0], caches[1], scratch, &att);
             let ffn_in = match (&lw.ffn_in, &apart) {
                 (FfnIn::GateUp(gu), _) => {
-                    let op = Matmul::gated(gpu, shapes.decode, gu.ty, gu.k, cfg.n_ff, cfg.rms_eps);
+                    let op = Matmul::gated(gpu, shapes.matmul, gu.ty, gu.k, cfg.n_ff, cfg.rms_eps);
                     let binding = op.bind_normed(gpu, &step, &x, &lw.ffn_norm, gu, &ffn);
                     FfnInput::GateUp(op, binding)
                 }
@@ -177,7 +177,7 @@ impl Forward {
         let final_norm_op = RmsNorm::new(gpu, cfg.n_embd, cfg.rms_eps, true);
         let final_norm_b = final_norm_op.bind(gpu, &step, &x, &w.output_norm, &last);
         let head = w.lm_head();
-        let lm_head_op = Matmul::with_decode_shape(gpu, shapes.decode, head.ty, head.k, head.n, false);
+        let lm_head_op = Matmul::with_shape(gpu, shapes.matmul, head.ty, head.k, head.n, false);
         let lm_head_b = lm_head_op.bind(gpu, &step_last, &last, head, &logits);
         let top2_op = Top2Op::new(gpu, cfg.vocab_size);
         let top2_b = top2_op.bind(gpu, &pick_params, &logits, &banned_ids, &picked);

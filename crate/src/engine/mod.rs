@@ -188,7 +188,7 @@ impl Engine {
         let cache = PrefixCache::new(pool.n_pages as u32, opts.page_size, fingerprint);
         let max_context = opts.max_context.unwrap_or(cfg.n_ctx_train).min(cfg.n_ctx_train).min(cache.capacity_tokens());
         let max_pages = max_context.div_ceil(opts.page_size);
-        let shapes = opts.kernels.unwrap_or_else(|| crate::gpu::ops::KernelShapes::for_adapter(&gpu.info));
+        let shapes = opts.kernels.unwrap_or_else(|| crate::gpu::ops::KernelShapes::for_adapter(&gpu));
         let forward = Forward::new(&gpu, &cfg, &weights, &pool, shapes, opts.max_batch, max_pages, tokenizer.stop_ids());
         alloc.finish().await?;
         let forward = forward?;

@@ -116,8 +116,9 @@ impl Gpu {
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
                 label: Some("radixlm"),
-                // Timestamp queries cost nothing unless used: the profiler uses them.
-                required_features: adapter.features() & wgpu::Features::TIMESTAMP_QUERY,
+                // Timestamp queries cost nothing unless used: the profiler uses them. shader-f16
+                // gives the prefill matmul its f16 tiles (gpu/ops/matmul.rs KERNEL_F16).
+                required_features: adapter.features() & (wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::SHADER_F16),
                 required_limits: required_limits.clone(),
                 ..Default::default()
             })

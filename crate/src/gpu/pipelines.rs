@@ -11,6 +11,8 @@ pub enum OpKind {
     Embed,
     RmsNorm,
     Matmul,
+    /// matmul.wgsl with its prefill tiles in f16 (shader-f16).
+    MatmulF16,
     KvQuant,
     AttentionPaged,
     SiluMul,

@@ -7,9 +7,12 @@ use crate::gpu::{Gpu, GpuWeight, WeightPart};
 
 pub const KERNEL: Kernel = Kernel {
     op: OpKind::Matmul,
-    source: wgsl!("matmul.wgsl", "blocks.wgsl"),
+    source: wgsl!("matmul.wgsl", "tile_f32.wgsl", "blocks.wgsl"),
     slots: &[Slot::Uniform, Slot::Uniform, Slot::Read, Slot::Read, Slot::ReadWrite, Slot::Read, Slot::Read, Slot::ReadWrite, Slot::ReadWrite, Slot::Uniform, Slot::Read],
 };
+
+/// The same kernels with `matmul_tiled`'s tiles in f16, for adapters with shader-f16.
+pub const KERNEL_F16: Kernel = Kernel { op: OpKind::MatmulF16, source: wgsl!(enable f16; "matmul.wgsl", "tile_f16.wgsl", "blocks.wgsl"), slots: KERNEL.slots };
 
 /// Steps of at most this many tokens use the one-token-per-thread pipeline.
 pub const MATVEC_MAX_T: u32 = 4;
@@ -25,15 +28,23 @@ const ROWS_PER_THREAD: u32 = 8;
 const WG: u32 = 16;
 /// `matvec_wide`: lanes per workgroup and rows per workgroup (matmul.wgsl WIDE_WG, WIDE_ROWS).
 const WIDE_ROWS: u32 = 4;
+/// `matmul_tiled`: weight rows and tokens per workgroup (matmul.wgsl TILE_ROWS, TILE_TOKENS).
+const TILE_ROWS: u32 = 64;
+const TILE_TOKENS: u32 = 32;
 
-/// How decode steps (at most MATVEC_MAX_T tokens) are shaped for the adapter.
+/// How products are shaped for the adapter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DecodeShape {
-    /// `matvec_wide`: 64 lanes split each row's weights with coalesced loads and add their sums
-    /// in workgroup memory, four rows per workgroup: real GPUs, the default.
+pub enum MatmulShape {
+    /// Real GPUs, the default. Decode steps (at most MATVEC_MAX_T tokens) in `matvec_wide`: 64
+    /// lanes split each row's weights with coalesced loads and add their sums in workgroup
+    /// memory, four rows per workgroup. Prefill in `matmul_tiled`: tiles of 64 rows × 32 tokens
+    /// through workgroup memory.
     Wide,
-    /// `matmul_rows` with one token per thread, each thread computing 8 rows: CPU adapters
-    /// (llvmpipe, SwiftShader), where every non-uniform load is a loop over the SIMD lanes.
+    /// `Wide` with the prefill tiles in f16 (tile_f16.wgsl): adapters with shader-f16.
+    WideF16,
+    /// `matmul_rows`, each thread computing 8 rows for one token (decode) or four (prefill):
+    /// CPU adapters (llvmpipe, SwiftShader), where every non-uniform load is a loop over the
+    /// SIMD lanes.
     Rows,
 }
 
@@ -49,7 +60,7 @@ pub struct Matmul {
     unused_caches: [wgpu::Buffer; 2],
     /// matmul.wgsl `RopeFreqs` for attention's input; zeros for other products.
     rope_freqs: wgpu::Buffer,
-    decode: DecodeShape,
+    shape: MatmulShape,
     matvec: wgpu::ComputePipeline,
     prefill: wgpu::ComputePipeline,
 }
@@ -121,36 +132,36 @@ impl Matmul {
     /// For a weight of `ty` with `n` rows of `k`; `accumulate` adds into y instead of writing.
     /// Decode steps take the adapter's shape.
     pub fn new(gpu: &Gpu, ty: GgmlType, k: usize, n: usize, accumulate: bool) -> Self {
-        Self::with_decode_shape(gpu, super::KernelShapes::for_adapter(&gpu.info).decode, ty, k, n, accumulate)
+        Self::with_shape(gpu, super::KernelShapes::for_adapter(gpu).matmul, ty, k, n, accumulate)
     }
 
-    /// `new` with decode steps in `decode`'s shape, whatever the adapter (tests run both).
-    pub fn with_decode_shape(gpu: &Gpu, decode: DecodeShape, ty: GgmlType, k: usize, n: usize, accumulate: bool) -> Self {
-        Self::build(gpu, decode, ty, k, n, accumulate, None, Fused::No)
+    /// `new` in `shape`, whatever the adapter (tests run both).
+    pub fn with_shape(gpu: &Gpu, shape: MatmulShape, ty: GgmlType, k: usize, n: usize, accumulate: bool) -> Self {
+        Self::build(gpu, shape, ty, k, n, accumulate, None, Fused::No)
     }
 
     /// y = rmsnorm(x)·wᵀ: the RMSNorm with epsilon `eps` (and the weights `bind_normed` binds)
     /// as the product's prologue, in place of a normalisation pass and its copy of x.
-    pub fn with_norm(gpu: &Gpu, decode: DecodeShape, ty: GgmlType, k: usize, n: usize, accumulate: bool, eps: f32) -> Self {
-        Self::build(gpu, decode, ty, k, n, accumulate, Some(eps), Fused::No)
+    pub fn with_norm(gpu: &Gpu, shape: MatmulShape, ty: GgmlType, k: usize, n: usize, accumulate: bool, eps: f32) -> Self {
+        Self::build(gpu, shape, ty, k, n, accumulate, Some(eps), Fused::No)
     }
 
     /// The FFN's first half in one product: y (T, f) = silu(rmsnorm(x)·gateᵀ) ⊙ (rmsnorm(x)·upᵀ)
     /// from one weight of 2·`f` rows (the gate's, then up's: `ffn_gate_up`), bound with
     /// `bind_normed`; SiLU·mul is its epilogue.
-    pub fn gated(gpu: &Gpu, decode: DecodeShape, ty: GgmlType, k: usize, f: usize, eps: f32) -> Self {
-        Self::build(gpu, decode, ty, k, 2 * f, false, Some(eps), Fused::Gated)
+    pub fn gated(gpu: &Gpu, shape: MatmulShape, ty: GgmlType, k: usize, f: usize, eps: f32) -> Self {
+        Self::build(gpu, shape, ty, k, 2 * f, false, Some(eps), Fused::Gated)
     }
 
     /// Attention's input, rmsnorm(x)·Wᵀ for a weight of `n` rows (the whole q/k/v weight, or q,
     /// k or v alone, as `at` says), with RoPE and the f16 KV-cache write as its epilogue; bound
     /// with `bind_attention_input`.
-    pub fn attention_input(gpu: &Gpu, decode: DecodeShape, ty: GgmlType, k: usize, n: usize, eps: f32, at: AttentionInput<'_>) -> Self {
-        Self::build(gpu, decode, ty, k, n, false, Some(eps), Fused::AttentionInput(at))
+    pub fn attention_input(gpu: &Gpu, shape: MatmulShape, ty: GgmlType, k: usize, n: usize, eps: f32, at: AttentionInput<'_>) -> Self {
+        Self::build(gpu, shape, ty, k, n, false, Some(eps), Fused::AttentionInput(at))
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn build(gpu: &Gpu, decode: DecodeShape, ty: GgmlType, k: usize, n: usize, accumulate: bool, norm_eps: Option<f32>, fused: Fused<'_>) -> Self {
+    fn build(gpu: &Gpu, shape: MatmulShape, ty: GgmlType, k: usize, n: usize, accumulate: bool, norm_eps: Option<f32>, fused: Fused<'_>) -> Self {
         let gated = fused == Fused::Gated;
         let at = match fused {
             Fused::AttentionInput(at) => Some(at),
@@ -175,14 +186,18 @@ impl Matmul {
                 .with("ROPE_NEOX", at.is_some_and(|a| a.rope_neox) as u32)
                 .with("BIAS", at.is_some_and(|a| a.bias) as u32)
         };
-        let matvec = match decode {
-            DecodeShape::Wide => gpu.pipeline(&KERNEL, key("matvec_wide", MATVEC_TOKENS)),
-            DecodeShape::Rows => gpu.pipeline(&KERNEL, key("matmul_rows", MATVEC_TOKENS)),
+        let matvec = match shape {
+            MatmulShape::Wide | MatmulShape::WideF16 => gpu.pipeline(&KERNEL, key("matvec_wide", MATVEC_TOKENS)),
+            MatmulShape::Rows => gpu.pipeline(&KERNEL, key("matmul_rows", MATVEC_TOKENS)),
         };
-        let prefill = gpu.pipeline(&KERNEL, key("matmul_rows", PREFILL_TOKENS));
+        let prefill = match shape {
+            MatmulShape::Wide => gpu.pipeline(&KERNEL, key("matmul_tiled", PREFILL_TOKENS)),
+            MatmulShape::WideF16 => gpu.pipeline(&KERNEL_F16, PipelineKey { op: OpKind::MatmulF16, ..key("matmul_tiled", PREFILL_TOKENS) }),
+            MatmulShape::Rows => gpu.pipeline(&KERNEL, key("matmul_rows", PREFILL_TOKENS)),
+        };
         let unused_caches = [gpu.storage("matmul.unused_k_cache", 4), gpu.storage("matmul.unused_v_cache", 4)];
         let rope_freqs = gpu.uniform("matmul.rope_freqs", &rope_uniform(at.map_or(&[], |a| a.rope_freqs)));
-        Self { ty, k, n, norm: norm_eps.is_some(), attention_input: at.is_some(), unused_caches, rope_freqs, decode, matvec, prefill }
+        Self { ty, k, n, norm: norm_eps.is_some(), attention_input: at.is_some(), unused_caches, rope_freqs, shape, matvec, prefill }
     }
 
     /// Binds `step` (StepParams), `x` (T, K) f32, the weight and `y` (T, N) f32.
@@ -246,9 +261,11 @@ impl Matmul {
         pass.set_pipeline(pipeline);
         for (group, rows) in &binding.parts {
             pass.set_bind_group(0, group, &[]);
-            if decode && self.decode == DecodeShape::Wide {
+            if decode && self.shape != MatmulShape::Rows {
                 // Every token of the step in each workgroup; a 128k-row LM head is 32k workgroups.
                 dispatch_linear(pass, rows.div_ceil(WIDE_ROWS));
+            } else if self.shape != MatmulShape::Rows {
+                pass.dispatch_workgroups(rows.div_ceil(TILE_ROWS), n_tokens.div_ceil(TILE_TOKENS), 1);
             } else {
                 pass.dispatch_workgroups(rows.div_ceil(ROWS_PER_THREAD * WG), n_tokens.div_ceil(tokens), 1);
             }

@@ -15,19 +15,20 @@ pub mod topk;
 pub use attention_paged::{AttentionPaged, AttentionPagedBinding, AttentionPlan, AttentionShape, SplitParams};
 pub use embed::{Embed, EmbedBinding};
 pub use kv_quant::{KvQuant, KvQuantBinding, SpillParams};
-pub use matmul::{AttentionInput, DecodeShape, Matmul, MatmulBinding};
+pub use matmul::{AttentionInput, MatmulShape, Matmul, MatmulBinding};
 pub use rmsnorm::{RmsNorm, RmsNormBinding};
 pub use silu_mul::{SiluMul, SiluMulBinding};
 pub use top2::{PickParams, Top2, Top2Binding, Top2Op, TOP2_BYTES};
 pub use topk::{TopKBinding, TopKOp, MAX_TOP_K, TOPK_BYTES};
 
 use super::pipelines::Kernel;
+use super::Gpu;
 
 /// The shape of each kernel with variants: shaped for real GPUs by default, for the CPU on CPU
 /// adapters (llvmpipe, SwiftShader), where workgroup barriers and non-uniform loads are slow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KernelShapes {
-    pub decode: DecodeShape,
+    pub matmul: MatmulShape,
     pub attention: AttentionShape,
     /// Sampling with top-k: the candidates chosen on the GPU (`TopKOp`), or on the CPU from
     /// the logits read back (CPU adapters: a bitonic sort's barriers cost more than the copy).
@@ -36,17 +37,30 @@ pub struct KernelShapes {
 
 impl KernelShapes {
     /// The real-GPU shapes, whatever the adapter (tests run them on CPU adapters too).
-    pub const GPU: Self = Self { decode: DecodeShape::Wide, attention: AttentionShape::Tiled, gpu_top_k: true };
-    pub const CPU: Self = Self { decode: DecodeShape::Rows, attention: AttentionShape::Lanes, gpu_top_k: false };
+    pub const GPU: Self = Self { matmul: MatmulShape::Wide, attention: AttentionShape::Tiled, gpu_top_k: true };
+    pub const CPU: Self = Self { matmul: MatmulShape::Rows, attention: AttentionShape::Lanes, gpu_top_k: false };
 
-    /// The one place the adapter's type picks the shapes.
-    pub fn for_adapter(info: &wgpu::AdapterInfo) -> Self {
-        if info.device_type == wgpu::DeviceType::Cpu { Self::CPU } else { Self::GPU }
+    /// The real-GPU shapes, with the prefill tiles in f16 where the device has shader-f16.
+    pub fn for_gpu(gpu: &Gpu) -> Self {
+        if gpu.device.features().contains(wgpu::Features::SHADER_F16) {
+            Self { matmul: MatmulShape::WideF16, ..Self::GPU }
+        } else {
+            Self::GPU
+        }
+    }
+
+    /// The one place the adapter picks the shapes: its type, then its features.
+    pub fn for_adapter(gpu: &Gpu) -> Self {
+        if gpu.info.device_type == wgpu::DeviceType::Cpu { Self::CPU } else { Self::for_gpu(gpu) }
     }
 }
 
-/// A kernel file after common.wgsl and the shared WGSL files it names (in shaders-wgsl/).
+/// A kernel file after common.wgsl and the shared WGSL files it names (in shaders-wgsl/); with
+/// `enable f16;` first, a module that uses shader-f16.
 macro_rules! wgsl {
+    (enable f16; $file:literal $(, $shared:literal)*) => {
+        concat!("enable f16;\n", wgsl!($file $(, $shared)*))
+    };
     ($file:literal $(, $shared:literal)*) => {
         concat!(
             include_str!("../../../../shaders-wgsl/common.wgsl"),
@@ -63,6 +77,7 @@ pub const KERNELS: &[(&str, &Kernel)] = &[
     ("embed.wgsl", &embed::KERNEL),
     ("kv_quant.wgsl", &kv_quant::KERNEL),
     ("matmul.wgsl", &matmul::KERNEL),
+    ("matmul.wgsl", &matmul::KERNEL_F16),
     ("rmsnorm.wgsl", &rmsnorm::KERNEL),
     ("silu_mul.wgsl", &silu_mul::KERNEL),
     ("top2.wgsl", &top2::KERNEL),

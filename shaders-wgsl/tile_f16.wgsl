@@ -1,0 +1,4 @@
+// matmul_tiled's workgroup tiles in f16 where the adapter has shader-f16 (gpu/ops/matmul.rs
+// KERNEL_F16): half the workgroup memory and its traffic. Weights dequantized and activations
+// are rounded to f16 once, as they enter the tile; products and sums stay f32.
+alias TileVec = vec4<f16>;
