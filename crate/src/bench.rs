@@ -8,6 +8,7 @@ use std::sync::LazyLock;
 use crate::engine::sampling::SamplingParams;
 use crate::engine::{Engine, EngineError, Generation, Sequence};
 use crate::gpu::profile::OpRole;
+use crate::gpu::Gpu;
 
 /// The prefix benchmark's protocol, as `bench_protocol.json` states it.
 #[derive(Debug, Clone, serde::Deserialize)]
@@ -567,4 +568,57 @@ mod tests {
         assert!(!Agreement::of(&cold, &gaps, &[1, 2, 3]).passes(), "a shorter run parts where it ends");
         assert_eq!(Agreement::of(&cold, &gaps, &[1, 9]).to_string(), "1/4 equal, then a near tie (cold's top-2 gap 0.0100)");
     }
+}
+
+/// GPU memory bandwidth as a buffer-to-buffer copy sees it: the bound a memory-bound decode is
+/// measured against (weight bytes per token ÷ this).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct BandwidthReport {
+    pub device: String,
+    /// Bytes of each copy, and copies per timed submit.
+    pub bytes: u64,
+    pub copies: usize,
+    pub repeats: usize,
+    /// Median over the repeats of bytes read plus bytes written per second, in GB/s (1e9).
+    pub copy_gb_per_s: f64,
+}
+
+impl fmt::Display for BandwidthReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "device: {} | copy bandwidth {:.1} GB/s (read + write; {} copies of {} MiB a submit, median of {})",
+            self.device,
+            self.copy_gb_per_s,
+            self.copies,
+            self.bytes >> 20,
+            self.repeats
+        )
+    }
+}
+
+/// Times `copies` buffer-to-buffer copies of `bytes` (at most the adapter's largest buffer) per
+/// submit, after one untimed submit, `repeats` times.
+pub async fn copy_bandwidth(gpu: &Gpu, bytes: u64, copies: usize, repeats: usize) -> Result<BandwidthReport, EngineError> {
+    let bytes = bytes.min(gpu.limits.max_buffer_size).max(4) & !3;
+    let src = gpu.storage("bandwidth.src", bytes);
+    let dst = gpu.storage("bandwidth.dst", bytes);
+    let mut runs = Vec::with_capacity(repeats);
+    for run in 0..=repeats {
+        let mut enc = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("bandwidth") });
+        for i in 0..copies.max(1) {
+            // Alternate directions so no copy can be skipped as a repeat of the last.
+            let (from, to) = if i % 2 == 0 { (&src, &dst) } else { (&dst, &src) };
+            enc.copy_buffer_to_buffer(from, 0, to, 0, bytes);
+        }
+        let started = web_time::Instant::now();
+        gpu.queue.submit([enc.finish()]);
+        crate::gpu::readback::work_done(gpu).await?;
+        gpu.check()?;
+        let secs = started.elapsed().as_secs_f64();
+        if run > 0 {
+            runs.push(2.0 * bytes as f64 * copies.max(1) as f64 / secs / 1e9);
+        }
+    }
+    Ok(BandwidthReport { device: format!("{} ({:?})", gpu.info.name, gpu.info.backend), bytes, copies: copies.max(1), repeats, copy_gb_per_s: median(&runs) })
 }

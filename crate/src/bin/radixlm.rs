@@ -187,6 +187,9 @@ enum SynthPreset {
     /// Llama-3.2-1B's shapes.
     #[value(name = "llama-3.2-1b")]
     Llama3_2_1b,
+    /// Llama-3.2-3B's shapes.
+    #[value(name = "llama-3.2-3b")]
+    Llama3_2_3b,
     /// Qwen2.5-0.5B's shapes.
     #[value(name = "qwen2.5-0.5b")]
     Qwen2_5_0_5b,
@@ -240,6 +243,17 @@ enum Bench {
         #[arg(long, default_value_t = 0, requires = "profile")]
         cached_tokens: usize,
     },
+    /// GPU memory bandwidth as buffer-to-buffer copies see it (read + write bytes per second).
+    Bandwidth {
+        /// Bytes of each copy in MiB (at most the adapter's largest buffer).
+        #[arg(long, default_value_t = 1024)]
+        mib: u64,
+        /// Copies per timed submit.
+        #[arg(long, default_value_t = 20)]
+        copies: usize,
+        #[arg(long, default_value_t = 5)]
+        repeats: usize,
+    },
     /// TTFT with and without a cached prefix, with correctness controls (exits non-zero if one fails).
     Prefix {
         #[command(flatten)]
@@ -284,7 +298,7 @@ fn load_engine(args: &ModelArgs, dir: SpillDir) -> Result<Engine, AnyError> {
     });
     let kernels = match args.kernels {
         KernelsArg::Auto => None,
-        KernelsArg::Gpu => Some(KernelShapes::GPU),
+        KernelsArg::Gpu => Some(KernelShapes::for_gpu(&gpu)),
         KernelsArg::Cpu => Some(KernelShapes::CPU),
     };
     let opts = EngineOptions { kv_budget_bytes: args.kv_mib << 20, spill, spill_budget_bytes: args.spill_mib << 20, kernels, ..EngineOptions::default() };
@@ -343,6 +357,7 @@ fn run(cli: Cli) -> Result<(), AnyError> {
                 SynthPreset::Tiny256 => SyntheticSpec::tiny_256(),
                 SynthPreset::Smollm2_135m => SyntheticSpec::smollm2_135m_shape(),
                 SynthPreset::Llama3_2_1b => SyntheticSpec::llama_3_2_1b_shape(),
+                SynthPreset::Llama3_2_3b => SyntheticSpec::llama_3_2_3b_shape(),
                 SynthPreset::Qwen2_5_0_5b => SyntheticSpec::qwen2_5_0_5b_shape(),
             };
             spec.tied_embeddings &= !untied;
@@ -397,6 +412,13 @@ fn run(cli: Cli) -> Result<(), AnyError> {
             }
         }
         Command::Chat { model, system, sampling } => chat(&model, system, &sampling.params()),
+        Command::Bench { which: Bench::Bandwidth { mib, copies, repeats } } => {
+            let gpu = open(LimitsPolicy::Adapter)?;
+            let report = block_on(&gpu, radixlm::bench::copy_bandwidth(&gpu, mib << 20, copies, repeats))?;
+            println!("{report}");
+            println!("{}", serde_json::to_string(&report)?);
+            Ok(())
+        }
         Command::Bench { which: Bench::Throughput { model, prefill_tokens, decode_tokens, repeats, profile, cached_tokens } } => {
             // Every repeat must prefill its whole prompt: no spill tier to restore it from.
             let mut engine = load_engine(&ModelArgs { no_spill: true, ..model }, SpillDir::Scratch)?;
@@ -521,10 +543,33 @@ fn info(path: &PathBuf) -> Result<(), AnyError> {
     for (ty, (n, b)) in types {
         println!("  {ty:<6} {n:>4} tensors, {:>8.1} MiB", b as f64 / (1 << 20) as f64);
     }
+    let (read, flops) = per_token_cost(&file);
+    println!("per token:     {read} weight bytes read (decode), {flops} matmul FLOPs");
     match ChatTemplate::from_gguf(&file) {
         Ok(Some(_)) => println!("chat template:\n{}", s("tokenizer.chat_template")),
         Ok(None) => println!("chat template: none"),
         Err(e) => println!("chat template: unusable: {e}"),
     }
     Ok(())
+}
+
+/// What one decoded token costs in weights: the bytes it reads (every tensor, except that an
+/// untied token embedding gives one row) and the FLOPs of its matrix products (2 per weight of
+/// every matrix; with tied embeddings the embedding is the LM head). Attention over the context
+/// comes on top.
+fn per_token_cost(file: &GgufFile) -> (u64, u64) {
+    let untied = file.tensors.iter().any(|t| t.name == "output.weight");
+    let (mut read, mut flops) = (0, 0);
+    for t in &file.tensors {
+        let rows = t.dims.get(1).copied().unwrap_or(1).max(1);
+        if untied && t.name == "token_embd.weight" {
+            read += t.n_bytes / rows;
+            continue;
+        }
+        read += t.n_bytes;
+        if t.dims.len() == 2 {
+            flops += 2 * t.n_elements();
+        }
+    }
+    (read, flops)
 }

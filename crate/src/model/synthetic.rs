@@ -112,6 +112,12 @@ impl SyntheticSpec {
         }
     }
 
+    /// The shapes of Llama-3.2-3B (28 layers, 3072 wide, 24 heads over 8 KV heads of 128), tied
+    /// embeddings, Llama 3's RoPE; Q4_0 with a Q8_0 embedding, about 2 GB.
+    pub fn llama_3_2_3b_shape() -> Self {
+        Self { n_layers: 28, n_embd: 3072, n_heads: 24, n_kv_heads: 8, ..Self::llama_3_2_1b_shape() }
+    }
+
     /// The shapes of Qwen2.5-0.5B (24 layers, 896 wide, 14 heads over 2 KV heads, a 152k
     /// vocabulary, biases on q/k/v, NEOX RoPE with base 1e6), tied embeddings, in Q5_0 with a
     /// Q8_0 embedding: the types llama.cpp's Q4_K_M falls back to for rows of 896 (not a whole
