@@ -1,8 +1,8 @@
 // y = x · wᵀ (or y += x · wᵀ) for the rows of one weight part, the weights dequantized from
-// their GGUF blocks as they are read. Decode on GPUs is `matvec_wide` (at the end). In
-// `matmul_rows`, prefill everywhere and decode on CPU adapters, each thread computes a
-// TOKENS × 8 block of y straight from storage, holding it in registers: decode uses
-// TOKENS = 1, prefill TOKENS = 4.
+// their GGUF blocks as they are read. On GPUs decode is `matvec_wide` and prefill
+// `matmul_tiled` (at the end). On CPU adapters both are `matmul_rows`: each thread computes a
+// TOKENS × 8 block of y straight from storage, holding it in registers: decode uses TOKENS = 1,
+// prefill TOKENS = 4.
 
 override DTYPE: u32;               // ggml type id of w
 override K: u32;                   // row length of w = columns of x
@@ -512,7 +512,7 @@ fn matvec_wide(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
     }
 }
 
-const TILE_WG: u32 = 128u;     // gpu/ops/matmul.rs TILE_WG
+const TILE_WG: u32 = 128u;     // lanes: 16 slot groups × 8 token groups of 4
 const TILE_ROWS: u32 = 64u;    // weight-row slots per workgroup (gpu/ops/matmul.rs TILE_ROWS)
 const TILE_TOKENS: u32 = 32u;  // tokens per workgroup (gpu/ops/matmul.rs TILE_TOKENS)
 const TILE_K: u32 = 32u;       // columns per step

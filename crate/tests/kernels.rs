@@ -280,6 +280,7 @@ fn check_attention_input(types: &[GgmlType], qwen2: bool, seed: u64) {
     let (nq, nkv) = (h * d, hkv * d);
     let biases: Vec<Vec<f32>> = [nq, nkv, nkv].iter().map(|&n| randn(&mut rng, n)).collect();
     let bias_buffer = qwen2.then(|| gpu.upload("qkv_bias", f32_bytes(&biases.concat())));
+    let rope_table = RopeTable::new(gpu, &freqs);
     for &ty in types {
         let k = odd_k(ty);
         let weights: Vec<(Vec<u8>, Vec<f32>)> = [nq, nkv, nkv].iter().map(|&n| random_weight(&mut rng, ty, k, n)).collect();
@@ -317,7 +318,7 @@ fn check_attention_input(types: &[GgmlType], qwen2: bool, seed: u64) {
                 let cache_bytes = (pool * page * nkv * 2) as u64;
                 let (kc, vc) = (gpu.storage("k_cache", cache_bytes), gpu.storage("v_cache", cache_bytes));
                 for (w, first_row) in &products {
-                    let at = AttentionInput { n_q: nq, n_kv: nkv, first_row: *first_row, head_dim: d, rope_freqs: &freqs, rope_neox: qwen2, bias: qwen2, page_size: page };
+                    let at = AttentionInput { n_q: nq, n_kv: nkv, first_row: *first_row, head_dim: d, rope_freqs: &rope_table, rope_neox: qwen2, bias: qwen2, page_size: page };
                     let op = Matmul::attention_input(gpu, shape, ty, k, w.n, 1e-5, at);
                     let b = op.bind_attention_input(gpu, &step, &xb, &gb, w, &qb, &ptb, [&kc, &vc], bias_buffer.as_ref());
                     run(gpu, |p| op.encode(p, &b, t as u32));

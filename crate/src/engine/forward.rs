@@ -8,7 +8,7 @@
 
 use crate::gpu::context::Gpu;
 use crate::gpu::ops::{
-    topk, AttentionInput, AttentionPaged, AttentionPlan, AttentionPagedBinding, Embed, EmbedBinding, KernelShapes, Matmul, MatmulBinding, PickParams, RmsNorm,
+    topk, AttentionInput, AttentionPaged, AttentionPlan, AttentionPagedBinding, Embed, EmbedBinding, KernelShapes, Matmul, MatmulBinding, PickParams, RmsNorm, RopeTable,
     RmsNormBinding, SiluMul, SiluMulBinding, SplitParams, Top2, Top2Binding, Top2Op, TopKBinding, TopKOp, TOP2_BYTES, TOPK_BYTES,
 };
 use crate::gpu::profile::{OpRole, Profiler, Recorder};
@@ -121,7 +121,8 @@ impl Forward {
         let mut attn_scratch = None;
         let (n_q, n_kv) = (cfg.n_embd, cfg.kv_dim());
         let rope_freqs = crate::model::rope::freqs(d, cfg.rope_base, cfg.rope_freq_scale, w.rope_factors.as_deref());
-        let at = |first_row| AttentionInput { n_q, n_kv, first_row, head_dim: d, rope_freqs: &rope_freqs, rope_neox: cfg.rope_neox, bias: cfg.qkv_bias, page_size: ps };
+        let rope_table = RopeTable::new(gpu, &rope_freqs);
+        let at = |first_row| AttentionInput { n_q, n_kv, first_row, head_dim: d, rope_freqs: &rope_table, rope_neox: cfg.rope_neox, bias: cfg.qkv_bias, page_size: ps };
         // x += input · wᵀ: the residual adds of o and down.
         let residual = |input: &wgpu::Buffer, w: &GpuWeight| {
             let op = Matmul::with_shape(gpu, shapes.matmul, w.ty, w.k, w.n, true);

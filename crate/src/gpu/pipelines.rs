@@ -1,5 +1,6 @@
 //! One get-or-create cache of compute pipelines, shader modules and bind-group layouts, so
-//! each (kernel, entry point, specialisation) is compiled once per device.
+//! each (kernel, entry point, specialisation) is compiled once per device; and of the
+//! placeholder buffers bound where a dispatch reads nothing.
 
 use super::Gpu;
 use std::collections::HashMap;
@@ -58,6 +59,7 @@ pub struct Kernel {
 
 #[derive(Default)]
 pub(crate) struct PipelineCache {
+    placeholders: Mutex<HashMap<&'static str, wgpu::Buffer>>,
     modules: Mutex<HashMap<OpKind, wgpu::ShaderModule>>,
     layouts: Mutex<HashMap<&'static [Slot], (wgpu::BindGroupLayout, wgpu::PipelineLayout)>>,
     pipelines: Mutex<HashMap<PipelineKey, wgpu::ComputePipeline>>,
@@ -135,6 +137,22 @@ impl Gpu {
         });
         lock(&self.pipelines.pipelines).insert(key, pipeline.clone());
         pipeline
+    }
+
+    /// The buffer named `label` bound where a kernel declares a binding that a dispatch does not
+    /// read (WebGPU binds every declared binding): made once per device, zero-filled, `bytes`
+    /// long (at least what the binding's type needs).
+    pub fn placeholder(&self, label: &'static str, bytes: u64, slot: Slot) -> wgpu::Buffer {
+        lock(&self.pipelines.placeholders)
+            .entry(label)
+            .or_insert_with(|| {
+                let usage = match slot {
+                    Slot::Uniform => wgpu::BufferUsages::UNIFORM,
+                    Slot::Read | Slot::ReadWrite => wgpu::BufferUsages::STORAGE,
+                };
+                self.device.create_buffer(&wgpu::BufferDescriptor { label: Some(label), size: bytes.max(4).next_multiple_of(4), usage, mapped_at_creation: false })
+            })
+            .clone()
     }
 
     /// A bind group for a kernel with `slots`, binding `buffers` whole, in order.

@@ -55,10 +55,8 @@ pub struct Matmul {
     n: usize,
     norm: bool,
     attention_input: bool,
-    /// What the KV-cache bindings hold for other products (WebGPU forbids binding one buffer
-    /// to two writable bindings of a dispatch).
-    unused_caches: [wgpu::Buffer; 2],
-    /// matmul.wgsl `RopeFreqs` for attention's input; zeros for other products.
+    /// matmul.wgsl `RopeFreqs`: the model's table for attention's input, a placeholder for
+    /// other products.
     rope_freqs: wgpu::Buffer,
     shape: MatmulShape,
     matvec: wgpu::ComputePipeline,
@@ -78,7 +76,7 @@ impl MatmulBinding {
 }
 
 /// A product fused with its neighbours (matmul.wgsl GATED, ATTN_IN).
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy)]
 enum Fused<'a> {
     No,
     Gated,
@@ -92,13 +90,13 @@ enum Fused<'a> {
 /// q and k come out in the order that makes pairs adjacent: matmul.wgsl ROPE_NEOX), after
 /// adding the biases when `bias`; q is written to its buffer and k and v to the KV pages of
 /// `page_size` tokens.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy)]
 pub struct AttentionInput<'a> {
     pub n_q: usize,
     pub n_kv: usize,
     pub first_row: usize,
     pub head_dim: usize,
-    pub rope_freqs: &'a [f32],
+    pub rope_freqs: &'a RopeTable,
     pub rope_neox: bool,
     pub bias: bool,
     pub page_size: usize,
@@ -107,11 +105,17 @@ pub struct AttentionInput<'a> {
 /// Pairs of a head matmul.wgsl `RopeFreqs` holds: head dimensions up to 256.
 const MAX_ROPE_PAIRS: usize = super::attention_paged::MAX_HEAD_DIM / 2;
 
-/// matmul.wgsl `RopeFreqs`: `freqs` padded with zeros.
-fn rope_uniform(freqs: &[f32]) -> [f32; MAX_ROPE_PAIRS] {
-    let mut f = [0.0; MAX_ROPE_PAIRS];
-    f.iter_mut().zip(freqs).for_each(|(f, v)| *f = *v);
-    f
+/// A model's RoPE frequency per head pair (model/rope.rs) as matmul.wgsl `RopeFreqs`: one
+/// uniform its attention-input products share.
+#[derive(Debug)]
+pub struct RopeTable(wgpu::Buffer);
+
+impl RopeTable {
+    pub fn new(gpu: &Gpu, freqs: &[f32]) -> Self {
+        let mut f = [0f32; MAX_ROPE_PAIRS];
+        f.iter_mut().zip(freqs).for_each(|(f, v)| *f = *v);
+        Self(gpu.uniform("rope_freqs", &f))
+    }
 }
 
 /// blocks.wgsl `Part`: the rows of the weight one buffer holds.
@@ -130,7 +134,7 @@ pub(super) fn part_params(gpu: &Gpu, part: &WeightPart) -> wgpu::Buffer {
 
 impl Matmul {
     /// For a weight of `ty` with `n` rows of `k`; `accumulate` adds into y instead of writing.
-    /// Decode steps take the adapter's shape.
+    /// In the adapter's shape.
     pub fn new(gpu: &Gpu, ty: GgmlType, k: usize, n: usize, accumulate: bool) -> Self {
         Self::with_shape(gpu, super::KernelShapes::for_adapter(gpu).matmul, ty, k, n, accumulate)
     }
@@ -162,7 +166,7 @@ impl Matmul {
 
     #[allow(clippy::too_many_arguments)]
     fn build(gpu: &Gpu, shape: MatmulShape, ty: GgmlType, k: usize, n: usize, accumulate: bool, norm_eps: Option<f32>, fused: Fused<'_>) -> Self {
-        let gated = fused == Fused::Gated;
+        let gated = matches!(fused, Fused::Gated);
         let at = match fused {
             Fused::AttentionInput(at) => Some(at),
             _ => None,
@@ -195,9 +199,17 @@ impl Matmul {
             MatmulShape::WideF16 => gpu.pipeline(&KERNEL_F16, PipelineKey { op: OpKind::MatmulF16, ..key("matmul_tiled", PREFILL_TOKENS) }),
             MatmulShape::Rows => gpu.pipeline(&KERNEL, key("matmul_rows", PREFILL_TOKENS)),
         };
-        let unused_caches = [gpu.storage("matmul.unused_k_cache", 4), gpu.storage("matmul.unused_v_cache", 4)];
-        let rope_freqs = gpu.uniform("matmul.rope_freqs", &rope_uniform(at.map_or(&[], |a| a.rope_freqs)));
-        Self { ty, k, n, norm: norm_eps.is_some(), attention_input: at.is_some(), unused_caches, rope_freqs, shape, matvec, prefill }
+        let rope_freqs = match at {
+            Some(at) => at.rope_freqs.0.clone(),
+            None => gpu.placeholder("matmul.rope_freqs", (MAX_ROPE_PAIRS * 4) as u64, Slot::Uniform),
+        };
+        Self { ty, k, n, norm: norm_eps.is_some(), attention_input: at.is_some(), rope_freqs, shape, matvec, prefill }
+    }
+
+    /// What the KV-cache bindings hold for products other than attention's input: two buffers,
+    /// since WebGPU forbids binding one buffer to two writable bindings of a dispatch.
+    fn unused_caches(gpu: &Gpu) -> [wgpu::Buffer; 2] {
+        [gpu.placeholder("matmul.k_cache", 4, Slot::ReadWrite), gpu.placeholder("matmul.v_cache", 4, Slot::ReadWrite)]
     }
 
     /// Binds `step` (StepParams), `x` (T, K) f32, the weight and `y` (T, N) f32.
@@ -205,14 +217,14 @@ impl Matmul {
         assert!(!self.norm, "a normalising matmul is bound with bind_normed");
         // The kernel reads no norm weights without NORM, nor a page table without ATTN_IN: x
         // stands in for them.
-        let [kc, vc] = &self.unused_caches;
+        let [kc, vc] = &Self::unused_caches(gpu);
         self.bind_parts(gpu, step, x, x, w, y, [x, kc, vc], x)
     }
 
     /// Binds as `bind`, with the RMSNorm's weights `norm_w` (K) f32, for a `with_norm` product.
     pub fn bind_normed(&self, gpu: &Gpu, step: &wgpu::Buffer, x: &wgpu::Buffer, norm_w: &wgpu::Buffer, w: &GpuWeight, y: &wgpu::Buffer) -> MatmulBinding {
         assert!(self.norm && !self.attention_input, "bind_normed on a matmul built without a norm, or for attention's input");
-        let [kc, vc] = &self.unused_caches;
+        let [kc, vc] = &Self::unused_caches(gpu);
         self.bind_parts(gpu, step, x, norm_w, w, y, [x, kc, vc], x)
     }
 

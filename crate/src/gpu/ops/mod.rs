@@ -15,7 +15,7 @@ pub mod topk;
 pub use attention_paged::{AttentionPaged, AttentionPagedBinding, AttentionPlan, AttentionShape, SplitParams};
 pub use embed::{Embed, EmbedBinding};
 pub use kv_quant::{KvQuant, KvQuantBinding, SpillParams};
-pub use matmul::{AttentionInput, MatmulShape, Matmul, MatmulBinding};
+pub use matmul::{AttentionInput, Matmul, MatmulBinding, MatmulShape, RopeTable};
 pub use rmsnorm::{RmsNorm, RmsNormBinding};
 pub use silu_mul::{SiluMul, SiluMulBinding};
 pub use top2::{PickParams, Top2, Top2Binding, Top2Op, TOP2_BYTES};
