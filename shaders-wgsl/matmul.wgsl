@@ -426,7 +426,8 @@ var<workgroup> lane_sums: array<f32, WIDE_SUMS * WIDE_WG>;
 // WIDE_ROWS rows for every token of the step. Lane l takes weights 4l .. 4l + 3, then
 // 4(l + WIDE_WG) .., so adjacent lanes read adjacent activations (one vec4 each) and adjacent
 // words of the same blocks, and each activation serves WIDE_ROWS rows; the lanes' sums are then
-// added in a tree in workgroup memory.
+// added in a tree in workgroup memory (`matvec_wide`), or by subgroup operations where the
+// adapter has them natively (`matvec_subgroup`, matvec_subgroup.wgsl).
 @compute @workgroup_size(WIDE_WG)
 fn matvec_wide(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let r0 = linear_group(wid, nwg) * outputs_per_block(WIDE_ROWS); // the first output row
@@ -434,6 +435,25 @@ fn matvec_wide(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
         return; // the whole workgroup: r0 is uniform
     }
     let nt = min(params.n_tokens, MAX_TOKENS);
+    let sums = wide_lane_sums(r0, nt, lid);
+    for (var e = 0u; e < WIDE_SUMS; e++) {
+        lane_sums[e * WIDE_WG + lid] = sums[e];
+    }
+    workgroupBarrier();
+    for (var s = WIDE_WG / 2u; s > 0u; s >>= 1u) {
+        if (lid < s) {
+            for (var e = 0u; e < WIDE_SUMS; e++) {
+                lane_sums[e * WIDE_WG + lid] += lane_sums[e * WIDE_WG + lid + s];
+            }
+        }
+        workgroupBarrier();
+    }
+    wide_store(r0, nt, lid);
+}
+
+/// One lane's share of a `matvec_wide` workgroup's sums: entry i·WIDE_ROWS + j is token i's row
+/// j, entry MAX_TOKENS·WIDE_ROWS + i token i's sum of squares (with NORM).
+fn wide_lane_sums(r0: u32, nt: u32, lid: u32) -> array<f32, WIDE_SUMS> {
     let rb = row_bytes(K);
     var wrow = array<u32, WIDE_ROWS>();
     for (var j = 0u; j < WIDE_ROWS; j++) {
@@ -471,22 +491,18 @@ fn matvec_wide(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
             }
         }
     }
-    // Entry i·WIDE_ROWS + j: token i's row j; entry MAX_TOKENS·WIDE_ROWS + i: token i's sum of squares.
+    var sums = array<f32, WIDE_SUMS>();
     for (var i = 0u; i < MAX_TOKENS; i++) {
         for (var j = 0u; j < WIDE_ROWS; j++) {
-            lane_sums[(i * WIDE_ROWS + j) * WIDE_WG + lid] = acc[i][j];
+            sums[i * WIDE_ROWS + j] = acc[i][j];
         }
-        lane_sums[(MAX_TOKENS * WIDE_ROWS + i) * WIDE_WG + lid] = sum_sq[i];
+        sums[MAX_TOKENS * WIDE_ROWS + i] = sum_sq[i];
     }
-    workgroupBarrier();
-    for (var s = WIDE_WG / 2u; s > 0u; s >>= 1u) {
-        if (lid < s) {
-            for (var e = 0u; e < WIDE_SUMS; e++) {
-                lane_sums[e * WIDE_WG + lid] += lane_sums[e * WIDE_WG + lid + s];
-            }
-        }
-        workgroupBarrier();
-    }
+    return sums;
+}
+
+/// The epilogue of a `matvec_wide` workgroup, once entry e of its sums is in lane_sums[e · WIDE_WG].
+fn wide_store(r0: u32, nt: u32, lid: u32) {
     if (ATTN_IN) {
         // Lane l stores token l / 2's rows r0 + 2(l % 2) and the one after (WIDE_ROWS = 4).
         let i = lid / 2u;

@@ -59,9 +59,13 @@ fn gpu_shaped_kernels_match_the_reference() {
 }
 
 #[test]
-fn gpu_shaped_kernels_with_f16_tiles_match_the_reference() {
-    // As above with the prefill products' workgroup tiles in f16 (shader-f16, which llvmpipe has).
-    let opts = EngineOptions { max_batch: 64, kernels: Some(KernelShapes { matmul: MatmulShape::WideF16, ..KernelShapes::GPU }), ..Default::default() };
+fn gpu_shaped_kernels_with_the_adapters_features_match_the_reference() {
+    // As above with what the adapter offers: f16 prefill tiles (shader-f16) and decode sums by
+    // subgroup operations, both of which llvmpipe has.
+    let gpu = open(LimitsPolicy::Adapter).unwrap();
+    let shapes = KernelShapes::for_gpu(&gpu);
+    assert!(shapes.matmul == MatmulShape::Wide { f16_tiles: true, subgroups: true } || !gpu.info.name.contains("llvmpipe"), "{shapes:?}");
+    let opts = EngineOptions { max_batch: 64, kernels: Some(shapes), ..Default::default() };
     check(SyntheticSpec::tiny(), opts, 200);
 }
 

@@ -117,18 +117,24 @@ fn check_matmul(gpu: &Gpu, rng: &mut SplitMix64, shape: MatmulShape, ty: GgmlTyp
     assert_close(&format!("matmul {} T={t} K={k} N={n} acc={accumulate} {shape:?}", ty.name()), &got, &want, tolerance(shape, t));
 }
 
+/// The GPU shape with f16 prefill tiles, and with decode's sums added by subgroup operations.
+const WIDE_F16: MatmulShape = MatmulShape::Wide { f16_tiles: true, subgroups: false };
+const WIDE_SUBGROUP: MatmulShape = MatmulShape::Wide { f16_tiles: false, subgroups: true };
+
 /// A product's bound against the reference: f32 sums in another order (~1e-6 relative), or
 /// with prefill tiles in f16 each weight and activation rounded to f16 once (2^-11 relative).
 fn tolerance(shape: MatmulShape, t: usize) -> f32 {
-    if shape == MatmulShape::WideF16 && t > radixlm::gpu::ops::matmul::MATVEC_MAX_T as usize { 2e-3 } else { 1e-4 }
+    if shape == WIDE_F16 && t > radixlm::gpu::ops::matmul::MATVEC_MAX_T as usize { 2e-3 } else { 1e-4 }
 }
 
-/// The real-GPU product shapes this device runs: f16 tiles where it has shader-f16, which
-/// llvmpipe (the test adapter of CI) always has.
+/// The real-GPU product shapes this device runs: the portable one, f16 tiles where it has
+/// shader-f16 and subgroup sums where it has subgroups, both of which llvmpipe (the test
+/// adapter of CI) has.
 fn gpu_shapes(gpu: &Gpu) -> Vec<MatmulShape> {
-    let f16 = gpu.device.features().contains(wgpu::Features::SHADER_F16);
-    assert!(f16 || !gpu.info.name.contains("llvmpipe"), "llvmpipe without shader-f16");
-    if f16 { vec![MatmulShape::Wide, MatmulShape::WideF16] } else { vec![MatmulShape::Wide] }
+    let features = gpu.device.features();
+    let (f16, subgroups) = (features.contains(wgpu::Features::SHADER_F16), features.contains(wgpu::Features::SUBGROUP));
+    assert!((f16 && subgroups) || !gpu.info.name.contains("llvmpipe"), "llvmpipe without shader-f16 or subgroups");
+    [(MatmulShape::WIDE, true), (WIDE_F16, f16), (WIDE_SUBGROUP, subgroups)].into_iter().filter_map(|(s, has)| has.then_some(s)).collect()
 }
 
 #[test]
@@ -157,14 +163,19 @@ fn matmul_every_type_and_shape() {
             // The GPU shapes: decode (up to MATVEC_MAX_T tokens) and prefill tiles (32 tokens,
             // 64 rows); odd rows and row lengths, parts.
             for t in [1, 4, 5, 70] {
-                check_matmul(gpu, &mut rng, MatmulShape::Wide, ty, t, odd_k, 257, None, false);
+                check_matmul(gpu, &mut rng, MatmulShape::WIDE, ty, t, odd_k, 257, None, false);
                 let row = ty.row_bytes(fit_k(ty, 96)).unwrap() as u64;
-                check_matmul(gpu, &mut rng, MatmulShape::Wide, ty, t, fit_k(ty, 96), 64, Some(5 * row + 3), true);
+                check_matmul(gpu, &mut rng, MatmulShape::WIDE, ty, t, fit_k(ty, 96), 64, Some(5 * row + 3), true);
             }
-            // Prefill tiles in f16.
-            if gpu_shapes(gpu).contains(&MatmulShape::WideF16) {
-                check_matmul(gpu, &mut rng, MatmulShape::WideF16, ty, 70, odd_k, 257, None, false);
-                check_matmul(gpu, &mut rng, MatmulShape::WideF16, ty, 33, fit_k(ty, 96), 64, None, true);
+            // Decode sums by subgroup operations; prefill tiles in f16.
+            if gpu_shapes(gpu).contains(&WIDE_SUBGROUP) {
+                for t in [1, 4] {
+                    check_matmul(gpu, &mut rng, WIDE_SUBGROUP, ty, t, odd_k, 257, None, false);
+                }
+            }
+            if gpu_shapes(gpu).contains(&WIDE_F16) {
+                check_matmul(gpu, &mut rng, WIDE_F16, ty, 70, odd_k, 257, None, false);
+                check_matmul(gpu, &mut rng, WIDE_F16, ty, 33, fit_k(ty, 96), 64, None, true);
             }
         }
     }
@@ -181,7 +192,7 @@ fn matmul_with_the_rmsnorm_prologue() {
             let (data, w) = random_weight(&mut rng, ty, k, n);
             let gw = GpuWeight::upload(gpu, "w", ty, k, n, &data).unwrap();
             let g: Vec<f32> = randn(&mut rng, k).iter().map(|v| 1.0 + 0.3 * v).collect();
-            for (shape, t) in [(MatmulShape::Wide, 1), (MatmulShape::Wide, 4), (MatmulShape::Wide, 33), (MatmulShape::WideF16, 33), (MatmulShape::Rows, 3), (MatmulShape::Rows, 33)] {
+            for (shape, t) in [(MatmulShape::WIDE, 1), (MatmulShape::WIDE, 4), (MatmulShape::WIDE, 33), (WIDE_F16, 33), (WIDE_SUBGROUP, 4), (MatmulShape::Rows, 3), (MatmulShape::Rows, 33)] {
                 if !gpu_shapes(gpu).contains(&shape) && shape != MatmulShape::Rows {
                     continue;
                 }
@@ -209,7 +220,7 @@ fn gated_matmul_is_silu_of_the_gate_times_up() {
         let (up_data, up) = random_weight(&mut rng, ty, k, f);
         let gw = GpuWeight::upload(gpu, "gate_up", ty, k, 2 * f, &[gate_data, up_data].concat()).unwrap();
         let g: Vec<f32> = randn(&mut rng, k).iter().map(|v| 1.0 + 0.3 * v).collect();
-        for (shape, t) in [(MatmulShape::Wide, 1), (MatmulShape::Wide, 3), (MatmulShape::Wide, 40), (MatmulShape::WideF16, 40), (MatmulShape::Rows, 2), (MatmulShape::Rows, 33)] {
+        for (shape, t) in [(MatmulShape::WIDE, 1), (MatmulShape::WIDE, 3), (MatmulShape::WIDE, 40), (WIDE_F16, 40), (WIDE_SUBGROUP, 3), (MatmulShape::Rows, 2), (MatmulShape::Rows, 33)] {
             if !gpu_shapes(gpu).contains(&shape) && shape != MatmulShape::Rows {
                 continue;
             }
@@ -287,7 +298,7 @@ fn check_attention_input(types: &[GgmlType], qwen2: bool, seed: u64) {
         let whole: Vec<u8> = weights.iter().flat_map(|(d, _)| d.clone()).collect();
         let g: Vec<f32> = randn(&mut rng, k).iter().map(|v| 1.0 + 0.3 * v).collect();
         let gb = gpu.upload("g", f32_bytes(&g));
-        for (shape, t, start) in [(MatmulShape::Wide, 1, 0), (MatmulShape::Wide, 4, 1500), (MatmulShape::Wide, 37, 30), (MatmulShape::WideF16, 37, 30), (MatmulShape::Rows, 2, 17), (MatmulShape::Rows, 33, 5), (MatmulShape::Rows, 1, 1500)] {
+        for (shape, t, start) in [(MatmulShape::WIDE, 1, 0), (MatmulShape::WIDE, 4, 1500), (MatmulShape::WIDE, 37, 30), (WIDE_F16, 37, 30), (WIDE_SUBGROUP, 2, 600), (MatmulShape::Rows, 2, 17), (MatmulShape::Rows, 33, 5), (MatmulShape::Rows, 1, 1500)] {
             if !gpu_shapes(gpu).contains(&shape) && shape != MatmulShape::Rows {
                 continue;
             }
@@ -371,16 +382,19 @@ fn assert_elementwise(what: &str, got: &[f32], want: &[f32], rel: f32, abs: f32)
 fn every_wgsl_file_validates() {
     use wgpu::naga;
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../shaders-wgsl");
-    let shared = ["common.wgsl", "blocks.wgsl", "banned.wgsl", "tile_f32.wgsl", "tile_f16.wgsl"];
+    let shared = ["common.wgsl", "blocks.wgsl", "banned.wgsl", "tile_f32.wgsl", "tile_f16.wgsl", "matvec_subgroup.wgsl"];
     for entry in std::fs::read_dir(dir).unwrap() {
         let name = entry.unwrap().file_name().into_string().unwrap();
         assert!(shared.contains(&name.as_str()) || KERNELS.iter().any(|(f, _)| *f == name), "{name} has no dispatcher in gpu::ops::KERNELS");
     }
     for (file, kernel) in KERNELS {
         let module = naga::front::wgsl::parse_str(kernel.source).unwrap_or_else(|e| panic!("{file}: {}", e.emit_to_string(kernel.source)));
-        // pack2x16float/unpack2x16float are core WGSL; naga lists them as a capability. f16 is
-        // the f16 variants' (shader-f16).
-        naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::SHADER_FLOAT16_IN_FLOAT32 | naga::valid::Capabilities::SHADER_FLOAT16)
+        // pack2x16float/unpack2x16float are core WGSL; naga lists them as a capability. f16 and
+        // subgroups are the variants' (shader-f16, subgroups).
+        let capabilities = naga::valid::Capabilities::SHADER_FLOAT16_IN_FLOAT32 | naga::valid::Capabilities::SHADER_FLOAT16 | naga::valid::Capabilities::SUBGROUP;
+        naga::valid::Validator::new(naga::valid::ValidationFlags::all(), capabilities)
+            .subgroup_stages(naga::valid::ShaderStages::COMPUTE)
+            .subgroup_operations(naga::valid::SubgroupOperationSet::all())
             .validate(&module)
             .unwrap_or_else(|e| panic!("{file}: {}", e.emit_to_string(kernel.source)));
     }
@@ -656,7 +670,7 @@ fn matmul_wide_output_decode() {
     // An LM-head-like 70001-column output over 4 parts.
     let gpu = gpu(LimitsPolicy::Adapter);
     let mut rng = SplitMix64(9);
-    for shape in [MatmulShape::Rows, MatmulShape::Wide] {
+    for shape in [MatmulShape::Rows, MatmulShape::WIDE] {
         check_matmul(gpu, &mut rng, shape, GgmlType::Q8_0, 1, 64, 70001, Some(20000 * 68), false);
     }
 }

@@ -57,6 +57,15 @@ impl StepParams {
     }
 }
 
+/// Features the device gets where the adapter has them. Timestamp queries cost nothing unless
+/// used: the profiler uses them. shader-f16 gives the prefill products f16 tiles
+/// (gpu/ops/matmul.rs KERNEL_F16), subgroups the decode products their sums (KERNEL_SUBGROUP);
+/// wgpu's WebGPU backend cannot ask for subgroups.
+#[cfg(not(target_arch = "wasm32"))]
+const OPTIONAL_FEATURES: wgpu::Features = wgpu::Features::TIMESTAMP_QUERY.union(wgpu::Features::SHADER_F16).union(wgpu::Features::SUBGROUP);
+#[cfg(target_arch = "wasm32")]
+const OPTIONAL_FEATURES: wgpu::Features = wgpu::Features::TIMESTAMP_QUERY.union(wgpu::Features::SHADER_F16);
+
 /// A device and queue with the pipeline cache every op builds through.
 pub struct Gpu {
     pub device: wgpu::Device,
@@ -116,9 +125,7 @@ impl Gpu {
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
                 label: Some("radixlm"),
-                // Timestamp queries cost nothing unless used: the profiler uses them. shader-f16
-                // gives the prefill matmul its f16 tiles (gpu/ops/matmul.rs KERNEL_F16).
-                required_features: adapter.features() & (wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::SHADER_F16),
+                required_features: adapter.features() & OPTIONAL_FEATURES,
                 required_limits: required_limits.clone(),
                 ..Default::default()
             })

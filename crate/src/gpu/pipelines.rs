@@ -14,6 +14,8 @@ pub enum OpKind {
     Matmul,
     /// matmul.wgsl with its prefill tiles in f16 (shader-f16).
     MatmulF16,
+    /// matmul.wgsl with matvec_subgroup.wgsl (subgroup operations).
+    MatmulSubgroup,
     KvQuant,
     AttentionPaged,
     SiluMul,

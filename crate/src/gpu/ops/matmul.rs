@@ -14,6 +14,9 @@ pub const KERNEL: Kernel = Kernel {
 /// The same kernels with `matmul_tiled`'s tiles in f16, for adapters with shader-f16.
 pub const KERNEL_F16: Kernel = Kernel { op: OpKind::MatmulF16, source: wgsl!(enable f16; "matmul.wgsl", "tile_f16.wgsl", "blocks.wgsl"), slots: KERNEL.slots };
 
+/// The same kernels and `matvec_subgroup`, for native adapters with subgroup operations.
+pub const KERNEL_SUBGROUP: Kernel = Kernel { op: OpKind::MatmulSubgroup, source: wgsl!("matmul.wgsl", "tile_f32.wgsl", "blocks.wgsl", "matvec_subgroup.wgsl"), slots: KERNEL.slots };
+
 /// Steps of at most this many tokens use the one-token-per-thread pipeline.
 pub const MATVEC_MAX_T: u32 = 4;
 /// Tokens per thread of `matmul_rows` (matmul.wgsl TOKENS): a prefill thread reuses each
@@ -37,15 +40,19 @@ const TILE_TOKENS: u32 = 32;
 pub enum MatmulShape {
     /// Real GPUs, the default. Decode steps (at most MATVEC_MAX_T tokens) in `matvec_wide`: 64
     /// lanes split each row's weights with coalesced loads and add their sums in workgroup
-    /// memory, four rows per workgroup. Prefill in `matmul_tiled`: tiles of 64 rows × 32 tokens
-    /// through workgroup memory.
-    Wide,
-    /// `Wide` with the prefill tiles in f16 (tile_f16.wgsl): adapters with shader-f16.
-    WideF16,
+    /// memory (with `subgroups`, by subgroup operations: `matvec_subgroup`), four rows per
+    /// workgroup. Prefill in `matmul_tiled`: tiles of 64 rows × 32 tokens through workgroup
+    /// memory, in f16 with `f16_tiles` (tile_f16.wgsl).
+    Wide { f16_tiles: bool, subgroups: bool },
     /// `matmul_rows`, each thread computing 8 rows for one token (decode) or four (prefill):
     /// CPU adapters (llvmpipe, SwiftShader), where every non-uniform load is a loop over the
     /// SIMD lanes.
     Rows,
+}
+
+impl MatmulShape {
+    /// The portable GPU shape: f32 tiles, sums added in workgroup memory.
+    pub const WIDE: Self = Self::Wide { f16_tiles: false, subgroups: false };
 }
 
 /// x (T, K) f32 · w (N rows of K, any supported type)ᵀ → y (T, N) f32.
@@ -191,12 +198,13 @@ impl Matmul {
                 .with("BIAS", at.is_some_and(|a| a.bias) as u32)
         };
         let matvec = match shape {
-            MatmulShape::Wide | MatmulShape::WideF16 => gpu.pipeline(&KERNEL, key("matvec_wide", MATVEC_TOKENS)),
+            MatmulShape::Wide { subgroups: true, .. } => gpu.pipeline(&KERNEL_SUBGROUP, PipelineKey { op: OpKind::MatmulSubgroup, ..key("matvec_subgroup", MATVEC_TOKENS) }),
+            MatmulShape::Wide { subgroups: false, .. } => gpu.pipeline(&KERNEL, key("matvec_wide", MATVEC_TOKENS)),
             MatmulShape::Rows => gpu.pipeline(&KERNEL, key("matmul_rows", MATVEC_TOKENS)),
         };
         let prefill = match shape {
-            MatmulShape::Wide => gpu.pipeline(&KERNEL, key("matmul_tiled", PREFILL_TOKENS)),
-            MatmulShape::WideF16 => gpu.pipeline(&KERNEL_F16, PipelineKey { op: OpKind::MatmulF16, ..key("matmul_tiled", PREFILL_TOKENS) }),
+            MatmulShape::Wide { f16_tiles: false, .. } => gpu.pipeline(&KERNEL, key("matmul_tiled", PREFILL_TOKENS)),
+            MatmulShape::Wide { f16_tiles: true, .. } => gpu.pipeline(&KERNEL_F16, PipelineKey { op: OpKind::MatmulF16, ..key("matmul_tiled", PREFILL_TOKENS) }),
             MatmulShape::Rows => gpu.pipeline(&KERNEL, key("matmul_rows", PREFILL_TOKENS)),
         };
         let rope_freqs = match at {

@@ -37,16 +37,15 @@ pub struct KernelShapes {
 
 impl KernelShapes {
     /// The real-GPU shapes, whatever the adapter (tests run them on CPU adapters too).
-    pub const GPU: Self = Self { matmul: MatmulShape::Wide, attention: AttentionShape::Tiled, gpu_top_k: true };
+    pub const GPU: Self = Self { matmul: MatmulShape::WIDE, attention: AttentionShape::Tiled, gpu_top_k: true };
     pub const CPU: Self = Self { matmul: MatmulShape::Rows, attention: AttentionShape::Lanes, gpu_top_k: false };
 
-    /// The real-GPU shapes, with the prefill tiles in f16 where the device has shader-f16.
+    /// The real-GPU shapes, with the prefill tiles in f16 where the device has shader-f16 and
+    /// decode's sums added by subgroup operations where it has those.
     pub fn for_gpu(gpu: &Gpu) -> Self {
-        if gpu.device.features().contains(wgpu::Features::SHADER_F16) {
-            Self { matmul: MatmulShape::WideF16, ..Self::GPU }
-        } else {
-            Self::GPU
-        }
+        let features = gpu.device.features();
+        let matmul = MatmulShape::Wide { f16_tiles: features.contains(wgpu::Features::SHADER_F16), subgroups: features.contains(wgpu::Features::SUBGROUP) };
+        Self { matmul, ..Self::GPU }
     }
 
     /// The one place the adapter picks the shapes: its type, then its features.
@@ -78,6 +77,7 @@ pub const KERNELS: &[(&str, &Kernel)] = &[
     ("kv_quant.wgsl", &kv_quant::KERNEL),
     ("matmul.wgsl", &matmul::KERNEL),
     ("matmul.wgsl", &matmul::KERNEL_F16),
+    ("matmul.wgsl", &matmul::KERNEL_SUBGROUP),
     ("rmsnorm.wgsl", &rmsnorm::KERNEL),
     ("silu_mul.wgsl", &silu_mul::KERNEL),
     ("top2.wgsl", &top2::KERNEL),
