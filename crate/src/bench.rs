@@ -601,12 +601,13 @@ impl fmt::Display for BandwidthReport {
 /// submit, after one untimed submit, `repeats` times.
 pub async fn copy_bandwidth(gpu: &Gpu, bytes: u64, copies: usize, repeats: usize) -> Result<BandwidthReport, EngineError> {
     let bytes = bytes.min(gpu.limits.max_buffer_size).max(4) & !3;
+    let copies = copies.max(1);
     let src = gpu.storage("bandwidth.src", bytes);
     let dst = gpu.storage("bandwidth.dst", bytes);
     let mut runs = Vec::with_capacity(repeats);
     for run in 0..=repeats {
         let mut enc = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("bandwidth") });
-        for i in 0..copies.max(1) {
+        for i in 0..copies {
             // Alternate directions so no copy can be skipped as a repeat of the last.
             let (from, to) = if i % 2 == 0 { (&src, &dst) } else { (&dst, &src) };
             enc.copy_buffer_to_buffer(from, 0, to, 0, bytes);
@@ -617,8 +618,8 @@ pub async fn copy_bandwidth(gpu: &Gpu, bytes: u64, copies: usize, repeats: usize
         gpu.check()?;
         let secs = started.elapsed().as_secs_f64();
         if run > 0 {
-            runs.push(2.0 * bytes as f64 * copies.max(1) as f64 / secs / 1e9);
+            runs.push(2.0 * bytes as f64 * copies as f64 / secs / 1e9);
         }
     }
-    Ok(BandwidthReport { device: format!("{} ({:?})", gpu.info.name, gpu.info.backend), bytes, copies: copies.max(1), repeats, copy_gb_per_s: median(&runs) })
+    Ok(BandwidthReport { device: format!("{} ({:?})", gpu.info.name, gpu.info.backend), bytes, copies, repeats, copy_gb_per_s: median(&runs) })
 }

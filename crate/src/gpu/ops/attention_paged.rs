@@ -86,6 +86,8 @@ impl AttentionPlan {
 
 /// The rows kernels' pipelines.
 struct RowsKernels {
+    /// Scratch bytes the score matrix may use.
+    scratch_bytes: u64,
     scores: wgpu::ComputePipeline,
     softmax: wgpu::ComputePipeline,
     pv: wgpu::ComputePipeline,
@@ -116,8 +118,6 @@ pub struct AttentionPaged {
     combine: wgpu::ComputePipeline,
     /// On CPU adapters, for head dimensions that are a multiple of 8.
     rows: Option<RowsKernels>,
-    /// Scratch bytes the rows kernels may use (0 without them).
-    rows_scratch_bytes: u64,
 }
 
 pub struct AttentionPagedBinding {
@@ -156,15 +156,19 @@ impl AttentionPaged {
                 AttentionShape::Lanes => "lanes",
             })),
             combine: gpu.pipeline(&KERNEL, key("combine")),
-            rows: rows.then(|| RowsKernels { scores: gpu.pipeline(&KERNEL, key("rows_scores")), softmax: gpu.pipeline(&KERNEL, key("rows_softmax")), pv: gpu.pipeline(&KERNEL, key("rows_pv")) }),
-            rows_scratch_bytes: if rows { MAX_ROWS_SCRATCH_BYTES.min(gpu.limits.max_storage_buffer_binding_size) } else { 0 },
+            rows: rows.then(|| RowsKernels {
+                scratch_bytes: MAX_ROWS_SCRATCH_BYTES.min(gpu.limits.max_storage_buffer_binding_size),
+                scores: gpu.pipeline(&KERNEL, key("rows_scores")),
+                softmax: gpu.pipeline(&KERNEL, key("rows_softmax")),
+                pv: gpu.pipeline(&KERNEL, key("rows_pv")),
+            }),
         }
     }
 
     /// Bytes of the scratch buffer every layer's binding may share (layers run one after another).
     pub fn scratch_bytes(&self) -> u64 {
         let slots = self.max_batch.max(SPLITS_AT_ONE_TOKEN) as u64 * self.n_heads as u64;
-        (slots * (self.head_dim as u64 + 2) * 4).max(self.rows_scratch_bytes)
+        (slots * (self.head_dim as u64 + 2) * 4).max(self.rows.as_ref().map_or(0, |r| r.scratch_bytes))
     }
 
     /// Scratch words the rows kernels use for a step (attention_paged.wgsl): the score matrix
@@ -180,7 +184,7 @@ impl AttentionPaged {
     /// least MIN_TILES_PER_SPLIT tiles (on a CPU adapter TARGET_LANES lanes of at least
     /// MIN_KEYS_PER_LANE keys), within the scratch buffer's room.
     pub fn plan(&self, n_tokens: u32, start_pos: u32) -> AttentionPlan {
-        if self.rows.is_some() && n_tokens >= MIN_ROWS_TOKENS && self.rows_scratch_words(n_tokens, start_pos) * 4 <= self.rows_scratch_bytes {
+        if self.rows.as_ref().is_some_and(|r| n_tokens >= MIN_ROWS_TOKENS && self.rows_scratch_words(n_tokens, start_pos) * 4 <= r.scratch_bytes) {
             return AttentionPlan::Rows;
         }
         let n_tokens = n_tokens.max(1);

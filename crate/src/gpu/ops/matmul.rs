@@ -178,8 +178,9 @@ impl Matmul {
             Fused::AttentionInput(at) => Some(at),
             _ => None,
         };
-        let key = |entry, tokens: u32| {
-            PipelineKey::new(OpKind::Matmul, entry)
+        // Each pipeline from the kernel (module) its entry point lives in.
+        let pipeline = |kernel: &Kernel, entry, tokens: u32| {
+            let key = PipelineKey::new(kernel.op, entry)
                 .with("DTYPE", ty.id())
                 .with("K", k as u32)
                 .with("N", if gated { n / 2 } else { n } as u32)
@@ -195,17 +196,18 @@ impl Matmul {
                 .with("HEAD_DIM", at.map_or(64, |a| a.head_dim) as u32)
                 .with("PAGE", at.map_or(16, |a| a.page_size) as u32)
                 .with("ROPE_NEOX", at.is_some_and(|a| a.rope_neox) as u32)
-                .with("BIAS", at.is_some_and(|a| a.bias) as u32)
+                .with("BIAS", at.is_some_and(|a| a.bias) as u32);
+            gpu.pipeline(kernel, key)
         };
         let matvec = match shape {
-            MatmulShape::Wide { subgroups: true, .. } => gpu.pipeline(&KERNEL_SUBGROUP, PipelineKey { op: OpKind::MatmulSubgroup, ..key("matvec_subgroup", MATVEC_TOKENS) }),
-            MatmulShape::Wide { subgroups: false, .. } => gpu.pipeline(&KERNEL, key("matvec_wide", MATVEC_TOKENS)),
-            MatmulShape::Rows => gpu.pipeline(&KERNEL, key("matmul_rows", MATVEC_TOKENS)),
+            MatmulShape::Wide { subgroups: true, .. } => pipeline(&KERNEL_SUBGROUP, "matvec_subgroup", MATVEC_TOKENS),
+            MatmulShape::Wide { subgroups: false, .. } => pipeline(&KERNEL, "matvec_wide", MATVEC_TOKENS),
+            MatmulShape::Rows => pipeline(&KERNEL, "matmul_rows", MATVEC_TOKENS),
         };
         let prefill = match shape {
-            MatmulShape::Wide { f16_tiles: false, .. } => gpu.pipeline(&KERNEL, key("matmul_tiled", PREFILL_TOKENS)),
-            MatmulShape::Wide { f16_tiles: true, .. } => gpu.pipeline(&KERNEL_F16, PipelineKey { op: OpKind::MatmulF16, ..key("matmul_tiled", PREFILL_TOKENS) }),
-            MatmulShape::Rows => gpu.pipeline(&KERNEL, key("matmul_rows", PREFILL_TOKENS)),
+            MatmulShape::Wide { f16_tiles: false, .. } => pipeline(&KERNEL, "matmul_tiled", PREFILL_TOKENS),
+            MatmulShape::Wide { f16_tiles: true, .. } => pipeline(&KERNEL_F16, "matmul_tiled", PREFILL_TOKENS),
+            MatmulShape::Rows => pipeline(&KERNEL, "matmul_rows", PREFILL_TOKENS),
         };
         let rope_freqs = match at {
             Some(at) => at.rope_freqs.0.clone(),
