@@ -13,10 +13,11 @@ out=pkg/dist/wasm
 mkdir -p "$out"
 wasm-bindgen --target web --out-dir "$out" --out-name radixlm \
   target/wasm32-unknown-unknown/release/radixlm.wasm
-# The feature flags are what rustc's wasm32 target emits; wasm-opt rejects them otherwise.
+# The feature flags are what rustc's wasm32 target emits (SIMD from .cargo/config.toml, for the
+# CPU backend's kernels); wasm-opt rejects them otherwise.
 pkg/node_modules/.bin/wasm-opt -O3 \
   --enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext \
-  --enable-reference-types --enable-multivalue --enable-mutable-globals \
+  --enable-reference-types --enable-multivalue --enable-mutable-globals --enable-simd \
   "$out/radixlm_bg.wasm" -o "$out/radixlm_bg.wasm"
 
 echo "build: TypeScript package"

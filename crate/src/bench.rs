@@ -74,7 +74,7 @@ pub async fn throughput(engine: &mut Engine, prefill_tokens: usize, decode_token
         decode.push(gen.stats.decode_tokens_per_s);
     }
     Ok(ThroughputReport {
-        device: format!("{} ({:?})", engine.gpu.info.name, engine.gpu.info.backend),
+        device: engine.backend_info().describe(),
         prefill_tokens,
         decode_tokens,
         repeats: prefill.len(),
@@ -148,7 +148,7 @@ pub async fn profile(engine: &mut Engine, cached_tokens: usize, prefill_tokens: 
             Ok(crate::engine::Step::Token { .. }) => {
                 tokens += 1;
                 if tokens == 1 {
-                    bytes_from = engine.gpu.bytes_read_back();
+                    bytes_from = engine.bytes_read_back();
                 }
             }
             Ok(crate::engine::Step::Prefill { .. }) => {}
@@ -159,7 +159,7 @@ pub async fn profile(engine: &mut Engine, cached_tokens: usize, prefill_tokens: 
             Err(e) => break Err(e),
         }
     };
-    let read_back = engine.gpu.bytes_read_back() - bytes_from;
+    let read_back = engine.bytes_read_back() - bytes_from;
     engine.release(&mut req.into_sequence());
     let passes = engine.profile(false)?;
     result?;
@@ -197,7 +197,7 @@ pub async fn profile(engine: &mut Engine, cached_tokens: usize, prefill_tokens: 
         }
     }
     Ok(ProfileReport {
-        device: format!("{} ({:?})", engine.gpu.info.name, engine.gpu.info.backend),
+        device: engine.backend_info().describe(),
         reused_tokens,
         prefill_tokens: prompt.len() - reused_tokens,
         decode_tokens: tokens,
@@ -441,12 +441,12 @@ pub async fn prefix(engine: &mut Engine, cfg: &PrefixBenchConfig) -> Result<Pref
         engine.clear_spill().await;
     }
     Ok(PrefixReport {
-        device: format!("{} ({:?})", engine.gpu.info.name, engine.gpu.info.backend),
+        device: engine.backend_info().describe(),
         page_size: engine.cache_stats().page_size,
         repeats: cfg.repeats.max(1),
         check_tokens: cfg.check_tokens,
         spill,
-        gpu_bytes_per_page: crate::kv::pool::page_bytes(&engine.cfg, engine.cache_stats().page_size),
+        gpu_bytes_per_page: crate::kv::page_bytes(&engine.cfg, engine.cache_stats().page_size),
         spill_bytes_per_page: engine.spill_stats().map(|s| s.bytes_per_page),
         rows,
     })

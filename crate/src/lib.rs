@@ -1,14 +1,17 @@
-//! radixlm: a language-model runtime for WebGPU with a radix-tree prefix cache.
+//! radixlm: a language-model runtime for WebGPU and WebAssembly with a radix-tree prefix cache.
 //!
 //! `gguf` reads model files; `tokenizer` turns text into ids and renders chat templates;
-//! `model` holds the configuration and the CPU reference forward pass (the oracle); `gpu`
-//! owns the device and one dispatcher per WGSL kernel; `kv` the paged KV pool and the radix
-//! tree; `engine` runs requests on the GPU; `bench` is the benchmark protocol; `wasm` is the browser surface.
+//! `model` holds the configuration and the CPU reference forward pass (the oracle); `gpu` is
+//! the WebGPU backend (the device, one dispatcher per WGSL kernel, the forward pass) and `cpu`
+//! the CPU backend (SIMD kernels on threads); `kv` the radix tree over KV pages and the spill
+//! stores; `engine` runs requests on either backend; `bench` is the benchmark protocol; `wasm`
+//! is the browser surface.
 
 pub mod gguf;
 pub mod model;
 pub mod tokenizer;
 pub mod gpu;
+pub mod cpu;
 pub mod kv;
 pub mod engine;
 pub mod bench;

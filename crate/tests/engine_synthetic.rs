@@ -1,14 +1,15 @@
-//! The engine on small synthetic models: fast checks of batching, delta prefill at an offset
-//! and weight types the default model does not use, against the CPU reference.
+//! The engine on small synthetic models, on each backend: fast checks of batching, delta
+//! prefill at an offset and weight types the default model does not use, against the CPU
+//! reference.
 
 mod common;
 
 use std::sync::Arc;
 
-use common::rel_err;
+use common::{rel_err, Backend};
 
 use radixlm::engine::sampling::SamplingParams;
-use radixlm::engine::{Engine, EngineOptions, Sequence};
+use radixlm::engine::{Engine, EngineOptions, Sequence, Target};
 use radixlm::gguf::{GgmlType, GgufFile};
 use radixlm::gpu::context::LimitsPolicy;
 use radixlm::gpu::executor::{block_on, open};
@@ -21,28 +22,30 @@ fn tokens(n: usize, vocab: usize) -> Vec<u32> {
 }
 
 /// Drives the forward pass with raw ids spread over the vocabulary.
-fn check(spec: SyntheticSpec, opts: EngineOptions, n: usize) {
+/// On the GPU with WebGPU's default limits; the GPU's kernel shapes in `opts` are ignored on
+/// the CPU.
+fn check(backend: Backend, spec: SyntheticSpec, opts: EngineOptions, n: usize) {
     let bytes = spec.to_gguf();
     let reference = ReferenceModel::load(&GgufFile::parse(&bytes).unwrap()).unwrap();
-    let gpu = Arc::new(open(LimitsPolicy::WebGpuDefault).unwrap());
-    let mut engine = block_on(&gpu, Engine::load(gpu.clone(), &bytes, &opts)).unwrap();
+    let mut engine = backend.with_webgpu_limits().load(&bytes, &opts);
+    let poller = engine.poller();
     let ids = tokens(n, spec.vocab_size);
     let want = reference.forward(&ids, &mut ReferenceCache::default());
     let want = &want[want.len() - spec.vocab_size..];
 
     // All at once (in batches of max_batch).
     let mut seq = Sequence::default();
-    let got = block_on(&gpu, engine.logits(&mut seq, &ids)).unwrap();
+    let got = poller.block_on(engine.logits(&mut seq, &ids)).unwrap();
     let e = rel_err(&got, want);
     assert!(e < 1e-3, "{spec:?}: whole prompt: relative error {e:.2e}");
 
     // The same sequence extended token by token from a prefix: delta prefill at an offset.
     let mut seq2 = Sequence::default();
     let split = n / 2 + 1;
-    block_on(&gpu, engine.logits(&mut seq2, &ids[..split])).unwrap();
+    poller.block_on(engine.logits(&mut seq2, &ids[..split])).unwrap();
     let mut got = Vec::new();
     for end in split + 1..=n {
-        got = block_on(&gpu, engine.logits(&mut seq2, &ids[..end])).unwrap();
+        got = poller.block_on(engine.logits(&mut seq2, &ids[..end])).unwrap();
     }
     let e = rel_err(&got, want);
     assert!(e < 1e-3, "{spec:?}: prefix then one token at a time: relative error {e:.2e}");
@@ -55,7 +58,7 @@ fn gpu_shaped_kernels_match_the_reference() {
     // The real-GPU shapes (the wide decode product, tiled split attention) on whatever adapter
     // runs the tests; 200 positions so that token-by-token attention splits its keys.
     let opts = EngineOptions { max_batch: 8, kernels: Some(KernelShapes::GPU), ..Default::default() };
-    check(SyntheticSpec::tiny(), opts, 200);
+    check(Backend::Gpu(LimitsPolicy::WebGpuDefault), SyntheticSpec::tiny(), opts, 200);
 }
 
 #[test]
@@ -66,52 +69,47 @@ fn gpu_shaped_kernels_with_the_adapters_features_match_the_reference() {
     let shapes = KernelShapes::for_gpu(&gpu);
     assert!(shapes.matmul == MatmulShape::Wide { f16_tiles: true, subgroups: true } || !gpu.info.name.contains("llvmpipe"), "{shapes:?}");
     let opts = EngineOptions { max_batch: 64, kernels: Some(shapes), ..Default::default() };
-    check(SyntheticSpec::tiny(), opts, 200);
+    check(Backend::Gpu(LimitsPolicy::WebGpuDefault), SyntheticSpec::tiny(), opts, 200);
 }
 
-#[test]
-fn tiny_q4_1_model_in_small_batches_and_token_by_token() {
+on_each_backend!(tiny_q4_1_model_in_small_batches_and_token_by_token, |backend: Backend| {
     let opts = EngineOptions { max_batch: 8, ..Default::default() };
-    check(SyntheticSpec::tiny(), opts, 37);
-}
+    check(backend, SyntheticSpec::tiny(), opts, 37);
+});
 
-#[test]
-fn every_weight_type_matches_the_reference() {
+on_each_backend!(every_weight_type_matches_the_reference, |backend: Backend| {
     for ty in [GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0] {
         let spec = SyntheticSpec { weight_type: ty, tied_embeddings: ty != GgmlType::F16, ..SyntheticSpec::tiny() };
-        check(spec, EngineOptions::default(), 21);
+        check(backend, spec, EngineOptions::default(), 21);
     }
     // V, and up, of another type than the rest: q/k/v apart, gate and up apart then SiLU·mul.
     let spec = SyntheticSpec { ffn_up_type: Some(GgmlType::Q8_0), attn_v_type: Some(GgmlType::Q8_0), ..SyntheticSpec::tiny() };
-    check(spec, EngineOptions::default(), 21);
-}
+    check(backend, spec, EngineOptions::default(), 21);
+});
 
-#[test]
-fn k_quant_models_match_the_reference() {
+on_each_backend!(k_quant_models_match_the_reference, |backend: Backend| {
     // Rows of whole 256-weight super-blocks. Each K-quant alone, then Q4_K_M's mix (Q6_K V,
     // embedding and tied LM head) with up in Q5_K, so q/k/v and gate/up are products apart.
     for ty in [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K] {
-        check(SyntheticSpec { weight_type: ty, embedding_type: ty, ..SyntheticSpec::tiny_256() }, EngineOptions::default(), 21);
+        check(backend, SyntheticSpec { weight_type: ty, embedding_type: ty, ..SyntheticSpec::tiny_256() }, EngineOptions::default(), 21);
     }
     let mix = SyntheticSpec { ffn_up_type: Some(GgmlType::Q5_K), ..SyntheticSpec::tiny_256().q4_k_m() };
-    check(mix, EngineOptions { max_batch: 8, ..Default::default() }, 21);
-}
+    check(backend, mix, EngineOptions { max_batch: 8, ..Default::default() }, 21);
+});
 
-#[test]
-fn qwen2_models_match_the_reference() {
+on_each_backend!(qwen2_models_match_the_reference, |backend: Backend| {
     // Biases on q, k and v and NEOX RoPE: one q/k/v product, then three (V in Q8_0), on both
     // decode shapes; untied, then tied.
     let qwen2 = SyntheticSpec { qwen2: true, weight_type: GgmlType::Q5_0, tied_embeddings: false, rope_base: 1_000_000.0, ..SyntheticSpec::tiny() };
-    check(qwen2.clone(), EngineOptions { max_batch: 8, ..Default::default() }, 40);
-    check(SyntheticSpec { attn_v_type: Some(GgmlType::Q8_0), tied_embeddings: true, ..qwen2.clone() }, EngineOptions { max_batch: 8, kernels: Some(KernelShapes::GPU), ..Default::default() }, 40);
-}
+    check(backend, qwen2.clone(), EngineOptions { max_batch: 8, ..Default::default() }, 40);
+    check(backend, SyntheticSpec { attn_v_type: Some(GgmlType::Q8_0), tied_embeddings: true, ..qwen2.clone() }, EngineOptions { max_batch: 8, kernels: Some(KernelShapes::GPU), ..Default::default() }, 40);
+});
 
-#[test]
-fn llama3_rope_factors_match_the_reference() {
+on_each_backend!(llama3_rope_factors_match_the_reference, |backend: Backend| {
     // Llama 3.2's RoPE (base 500000, rope_freqs.weight) over 200 positions, both decode shapes.
     let spec = SyntheticSpec { rope_base: 500_000.0, llama3_rope: true, ..SyntheticSpec::tiny() };
-    check(spec.clone(), EngineOptions { max_batch: 8, ..Default::default() }, 200);
-    check(spec.clone(), EngineOptions { max_batch: 8, kernels: Some(KernelShapes::GPU), ..Default::default() }, 40);
+    check(backend, spec.clone(), EngineOptions { max_batch: 8, ..Default::default() }, 200);
+    check(backend, spec.clone(), EngineOptions { max_batch: 8, kernels: Some(KernelShapes::GPU), ..Default::default() }, 40);
     // The factors are applied: the engine's logits are far nearer the reference's with them
     // than without (they slow only the slow pairs, so the two models differ by ~1e-3).
     let ids = tokens(200, spec.vocab_size);
@@ -120,13 +118,12 @@ fn llama3_rope_factors_match_the_reference() {
         let all = r.forward(&ids, &mut ReferenceCache::default());
         all[all.len() - spec.vocab_size..].to_vec()
     };
-    let gpu = Arc::new(open(LimitsPolicy::WebGpuDefault).unwrap());
-    let mut engine = block_on(&gpu, Engine::load(gpu.clone(), &spec.to_gguf(), &EngineOptions::default())).unwrap();
-    let got = block_on(&gpu, engine.logits(&mut Sequence::default(), &ids)).unwrap();
+    let mut engine = backend.with_webgpu_limits().load(&spec.to_gguf(), &EngineOptions::default());
+    let got = engine.poller().block_on(engine.logits(&mut Sequence::default(), &ids)).unwrap();
     let with = rel_err(&got, &reference(&spec));
     let without = rel_err(&got, &reference(&SyntheticSpec { llama3_rope: false, ..spec.clone() }));
     assert!(without > 20.0 * with, "error {with:.2e} against the reference with the factors, {without:.2e} without");
-}
+});
 
 #[test]
 fn top_k_sampling_on_the_gpu_draws_what_the_cpu_draws() {
@@ -138,7 +135,7 @@ fn top_k_sampling_on_the_gpu_draws_what_the_cpu_draws() {
     let prompt = tokens(20, 256);
     let run = |gpu_top_k| {
         let opts = EngineOptions { kernels: Some(KernelShapes { gpu_top_k, ..shapes }), spill: None, ..Default::default() };
-        let mut engine = block_on(&gpu, Engine::load(gpu.clone(), &bytes, &opts)).unwrap();
+        let mut engine = block_on(&gpu, Engine::load(Target::Gpu(gpu.clone()), &bytes, &opts)).unwrap();
         let mut seq = Sequence::default();
         let before = gpu.bytes_read_back();
         let g = block_on(&gpu, engine.generate(&mut seq, &prompt, &params, |_| true)).unwrap();
@@ -154,8 +151,7 @@ fn top_k_sampling_on_the_gpu_draws_what_the_cpu_draws() {
     assert_eq!(gpu_gaps, cpu_gaps);
 }
 
-#[test]
-fn a_qwen2_5_0_5b_shaped_model_loads_and_matches_the_reference() {
+on_each_backend!(a_qwen2_5_0_5b_shaped_model_loads_and_matches_the_reference, |backend: Backend| {
     // Real sizes: 24 layers, a 152k vocabulary, 0.37 GB in Q5_0 with a Q8_0 embedding (its
     // 138 MiB is beyond WebGPU's 128 MiB binding floor, so it is split), written here.
     let spec = SyntheticSpec::qwen2_5_0_5b_shape();
@@ -166,9 +162,8 @@ fn a_qwen2_5_0_5b_shaped_model_loads_and_matches_the_reference() {
         let all = reference.forward(&ids, &mut ReferenceCache::default());
         all[all.len() - spec.vocab_size..].to_vec()
     };
-    let gpu = Arc::new(open(LimitsPolicy::WebGpuDefault).unwrap());
-    let mut engine = block_on(&gpu, Engine::load(gpu.clone(), &bytes, &EngineOptions::default())).unwrap();
-    let got = block_on(&gpu, engine.logits(&mut Sequence::default(), &ids)).unwrap();
+    let mut engine = backend.with_webgpu_limits().load(&bytes, &EngineOptions::default());
+    let got = engine.poller().block_on(engine.logits(&mut Sequence::default(), &ids)).unwrap();
     let e = rel_err(&got, &want);
     assert!(e < 1e-3, "Qwen2.5-0.5B shape: relative error {e:.2e}");
-}
+});

@@ -4,6 +4,8 @@
 
 mod common;
 
+use common::{odd_k, randn, TYPES};
+
 use radixlm::gguf::blocks::{dequantize, quantize};
 use radixlm::gguf::GgmlType;
 use radixlm::gpu::executor::{block_on, open};
@@ -13,30 +15,6 @@ use radixlm::gpu::{Gpu, GpuWeight, LimitsPolicy, StepParams};
 use radixlm::model::reference;
 use radixlm::model::synthetic::SplitMix64;
 use std::sync::OnceLock;
-
-const TYPES: [GgmlType; 11] = [
-    GgmlType::F32,
-    GgmlType::F16,
-    GgmlType::BF16,
-    GgmlType::Q4_0,
-    GgmlType::Q4_1,
-    GgmlType::Q5_0,
-    GgmlType::Q5_1,
-    GgmlType::Q8_0,
-    GgmlType::Q4_K,
-    GgmlType::Q5_K,
-    GgmlType::Q6_K,
-];
-
-/// A row length that reaches the tails: 257 for one-weight types, an odd number of blocks
-/// otherwise (Q6_K's 210-byte blocks then start rows off word boundaries).
-fn odd_k(ty: GgmlType) -> usize {
-    match ty.block_len() {
-        1 => 257,
-        32 => 288,
-        bl => 3 * bl,
-    }
-}
 
 /// `k` rounded up to whole blocks of `ty`.
 fn fit_k(ty: GgmlType, k: usize) -> usize {
@@ -53,9 +31,6 @@ fn gpu(policy: LimitsPolicy) -> &'static Gpu {
     cell.get_or_init(|| open(policy).expect("a WebGPU/Vulkan adapter (llvmpipe) is required for the kernel tests"))
 }
 
-fn randn(rng: &mut SplitMix64, n: usize) -> Vec<f32> {
-    (0..n).map(|_| rng.normal()).collect()
-}
 
 /// Max |got - want| over max |want|: the normalised error for matmul-like outputs.
 fn assert_close(what: &str, got: &[f32], want: &[f32], tol: f32) {

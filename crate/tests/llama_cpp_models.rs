@@ -11,11 +11,11 @@ mod common;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use common::{rel_err, run_greedy};
+use common::{rel_err, run_greedy, Backend};
 
-use radixlm::engine::{Engine, EngineOptions, Sequence};
+use radixlm::engine::{Engine, EngineOptions, Poller, Sequence, Target};
 use radixlm::gpu::context::LimitsPolicy;
-use radixlm::gpu::executor::{block_on, open};
+use radixlm::gpu::executor::open;
 use radixlm::gpu::ops::KernelShapes;
 use radixlm::gpu::Gpu;
 
@@ -57,7 +57,7 @@ fn logit_bound(ftype: &str) -> f32 {
 const F32_BOUND: f32 = 1e-3;
 
 /// Where our greedy path leaves llama.cpp's, our top two logits there must be this close (the
-/// default model's goldens use the same margin: model_gpu.rs).
+/// default model's goldens use the same margin: model_goldens.rs).
 const NEAR_TIE: f32 = 0.25;
 
 fn fixtures() -> PathBuf {
@@ -66,24 +66,36 @@ fn fixtures() -> PathBuf {
 
 #[test]
 fn quantized_mixes_match_llama_cpp() {
-    check_mixes(|_| None);
+    check_mixes(|| Target::Gpu(gpu()), None);
+}
+
+#[test]
+fn quantized_mixes_match_llama_cpp_on_the_cpu() {
+    check_mixes(|| Backend::Cpu.target(), None);
 }
 
 #[test]
 fn quantized_mixes_match_llama_cpp_in_the_gpu_shapes() {
     // The real-GPU kernels on whatever adapter runs the tests, with the variants its features
     // allow (llvmpipe: f16 prefill tiles, subgroup decode sums).
-    check_mixes(|gpu| Some(KernelShapes::for_gpu(gpu)));
+    let gpu = gpu();
+    let shapes = KernelShapes::for_gpu(&gpu);
+    check_mixes(|| Target::Gpu(gpu.clone()), Some(shapes));
 }
 
-fn check_mixes(shapes: impl Fn(&Gpu) -> Option<KernelShapes>) {
+/// A device with WebGPU's default limits, as phones offer.
+fn gpu() -> Arc<Gpu> {
+    Arc::new(open(LimitsPolicy::WebGpuDefault).unwrap())
+}
+
+fn check_mixes(target: impl Fn() -> Target, kernels: Option<KernelShapes>) {
     let goldens: Goldens = serde_json::from_str(&std::fs::read_to_string(fixtures().join("goldens.json")).unwrap()).unwrap();
     assert_eq!(goldens.cases.len(), 12, "a case per architecture and mix");
-    let gpu = Arc::new(open(LimitsPolicy::WebGpuDefault).unwrap());
-    let kernels = shapes(&gpu);
     for case in &goldens.cases {
         let bytes = std::fs::read(fixtures().join(&case.file)).unwrap();
-        let mut engine = block_on(&gpu, Engine::load(gpu.clone(), &bytes, &EngineOptions { kernels, ..Default::default() })).unwrap();
+        let target = target();
+        let poller = Poller::for_target(&target);
+        let mut engine = poller.block_on(Engine::load(target, &bytes, &EngineOptions { kernels, ..Default::default() })).unwrap();
         match case.arch.as_str() {
             "llama3" => assert!(engine.cfg.arch == "llama" && engine.cfg.rope_factors, "{}: Llama 3.x's rope_freqs.weight", case.file),
             _ => assert!(engine.cfg.arch == "qwen2" && engine.cfg.qkv_bias && engine.cfg.rope_neox, "{}: qwen2", case.file),
@@ -110,7 +122,7 @@ fn check_mixes(shapes: impl Fn(&Gpu) -> Option<KernelShapes>) {
 
         // The prompt's logits (its last token always computed, cached pages or not).
         let mut seq = Sequence::default();
-        let logits = block_on(&gpu, engine.logits(&mut seq, &ids)).unwrap();
+        let logits = poller.block_on(engine.logits(&mut seq, &ids)).unwrap();
         engine.release(&mut seq);
         let exact = rel_err(&logits, &case.last_logits_f32);
         let e = rel_err(&logits, &case.last_logits);

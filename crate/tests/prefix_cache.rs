@@ -4,14 +4,12 @@
 
 mod common;
 
-use std::sync::Arc;
+use common::Backend;
 
 use radixlm::engine::sampling::SamplingParams;
 use radixlm::engine::session::ChatSession;
 use radixlm::engine::{Engine, EngineOptions};
-use radixlm::gpu::context::LimitsPolicy;
-use radixlm::gpu::executor::{block_on, open};
-use radixlm::kv::pool::page_bytes;
+use radixlm::kv::page_bytes;
 use radixlm::model::synthetic::SyntheticSpec;
 
 const PAGE: usize = 16;
@@ -24,17 +22,16 @@ thirty-two metres tall, its light flashes white twice every ten seconds, and on 
 seen from twenty-two nautical miles away. In 1952 the oil lamp was replaced by an electric one.";
 const QUESTION: &str = " Question: who was the first keeper of the lighthouse, and what did she record? Answer:";
 
-fn engine_with(bytes: &[u8], opts: EngineOptions) -> Engine {
-    let gpu = Arc::new(open(LimitsPolicy::Adapter).expect("a Vulkan device (Mesa llvmpipe on CI)"));
-    block_on(&gpu.clone(), Engine::load(gpu, bytes, &opts)).expect("model loads")
+fn engine_with(backend: Backend, bytes: &[u8], opts: EngineOptions) -> Engine {
+    backend.load(bytes, &opts)
 }
 
 fn config(bytes: &[u8]) -> radixlm::model::Config {
     radixlm::model::Config::from_gguf(&radixlm::gguf::GgufFile::parse(bytes).unwrap()).unwrap()
 }
 
-fn real_engine(opts: EngineOptions) -> Engine {
-    engine_with(&common::default_model_bytes(), opts)
+fn real_engine(backend: Backend, opts: EngineOptions) -> Engine {
+    engine_with(backend, &common::default_model_bytes(), opts)
 }
 
 use common::run_greedy as run;
@@ -64,12 +61,11 @@ fn check_warm_equals_cold(engine: &mut Engine, doc: &[u32], question: &[u32], p:
     assert_ne!(warm.tokens, control.tokens, "P={p} D={d}: warm equals the suffix-alone control");
 }
 
-#[test]
-fn page_edges_on_a_synthetic_model_every_prefix_and_delta() {
+on_each_backend!(page_edges_on_a_synthetic_model_every_prefix_and_delta, |backend: Backend| {
     // Untied: with tied embeddings a random model just repeats its last input token, and every
     // continuation would look alike.
     let spec = SyntheticSpec { tied_embeddings: false, ..SyntheticSpec::tiny() };
-    let mut engine = engine_with(&spec.to_gguf(), EngineOptions { max_batch: 32, ..Default::default() });
+    let mut engine = engine_with(backend, &spec.to_gguf(), EngineOptions { max_batch: 32, ..Default::default() });
     let doc: Vec<u32> = (0..200).map(|i| (i * 37 % 250) as u32).collect();
     let question: Vec<u32> = (0..40).map(|i| (i * 11 % 250) as u32 + 3).collect();
     for p in [PAGE - 1, PAGE, PAGE + 1, 3 * PAGE - 1, 3 * PAGE + 1, 5 * PAGE] {
@@ -77,11 +73,10 @@ fn page_edges_on_a_synthetic_model_every_prefix_and_delta() {
             check_warm_equals_cold(&mut engine, &doc, &question, p, d);
         }
     }
-}
+});
 
-#[test]
-fn page_edges_on_the_real_model() {
-    let mut engine = real_engine(EngineOptions::default());
+on_each_backend!(page_edges_on_the_real_model, |backend: Backend| {
+    let mut engine = real_engine(backend, EngineOptions::default());
     let doc = engine.tokenizer.encode(DOCUMENT, false).unwrap();
     let question = engine.tokenizer.encode(QUESTION, false).unwrap();
     // One prompt of each kind — a prefix just short of a page, one just past it, one just short
@@ -91,11 +86,10 @@ fn page_edges_on_the_real_model() {
     for (p, d) in [(PAGE - 1, 1), (PAGE + 1, PAGE), (3 * PAGE - 1, PAGE + 1)] {
         check_warm_equals_cold(&mut engine, &doc, &question, p, d);
     }
-}
+});
 
-#[test]
-fn branches_share_the_prefix_pages_and_each_matches_its_cold_run() {
-    let mut engine = real_engine(EngineOptions::default());
+on_each_backend!(branches_share_the_prefix_pages_and_each_matches_its_cold_run, |backend: Backend| {
+    let mut engine = real_engine(backend, EngineOptions::default());
     let doc = engine.tokenizer.encode(DOCUMENT, false).unwrap();
     let prefix = cycle(&doc, 3 * PAGE + 5);
     let branches = [" Question: how tall is the tower? Answer:", " Question: when was it built? Answer:", " In short,"];
@@ -122,18 +116,17 @@ fn branches_share_the_prefix_pages_and_each_matches_its_cold_run() {
     let stats = engine.cache_stats();
     let per_branch_pages: usize = prompts.iter().map(|p| (p.len() + CHECK_TOKENS - 1) / PAGE).sum();
     assert!(stats.cached_pages <= per_branch_pages - 2 * 3, "{stats:?}");
-}
+});
 
-#[test]
-fn eviction_pinning_and_identical_prompts() {
+on_each_backend!(eviction_pinning_and_identical_prompts, |backend: Backend| {
     let bytes = common::default_model_bytes();
     // Room for 12 pages (192 tokens): every new prompt must evict older ones.
     let budget = 12 * page_bytes(&config(&bytes), PAGE);
-    let mut engine = engine_with(&bytes, EngineOptions { kv_budget_bytes: budget, ..Default::default() });
+    let mut engine = engine_with(backend, &bytes, EngineOptions { kv_budget_bytes: budget, ..Default::default() });
     assert_eq!(engine.kv_capacity_tokens(), 12 * PAGE);
-    let gpu = engine.gpu.clone();
+    let poller = engine.poller();
     let system = engine.tokenizer.encode("<|im_start|>system\nYou are a careful assistant who answers briefly and never invents facts.<|im_end|>\n", false).unwrap();
-    let pinned = block_on(&gpu, engine.pin(&system)).unwrap();
+    let pinned = poller.block_on(engine.pin(&system)).unwrap();
     assert_eq!(pinned, system.len() / PAGE * PAGE);
 
     let doc = engine.tokenizer.encode(DOCUMENT, false).unwrap();
@@ -154,14 +147,13 @@ fn eviction_pinning_and_identical_prompts() {
     let g = run(&mut engine, &with_system, 4);
     assert_eq!(g.stats.reused_tokens, pinned, "pinned prefix was evicted");
     assert!(engine.cache_stats().pinned_pages >= pinned / PAGE);
-}
+});
 
-#[test]
-fn interleaved_facts_under_eviction_pressure_never_cross() {
+on_each_backend!(interleaved_facts_under_eviction_pressure_never_cross, |backend: Backend| {
     let bytes = common::default_model_bytes();
     // Five pages: the shared preamble (two pages) stays while the two branches evict each other.
     let budget = 5 * page_bytes(&config(&bytes), PAGE);
-    let mut engine = engine_with(&bytes, EngineOptions { kv_budget_bytes: budget, ..Default::default() });
+    let mut engine = engine_with(backend, &bytes, EngineOptions { kv_budget_bytes: budget, ..Default::default() });
     let prompt = |word: &str| {
         format!(
             "<|im_start|>system\nYou are a helpful assistant in a word game. The user will ask for a secret \
@@ -183,12 +175,11 @@ fn interleaved_facts_under_eviction_pressure_never_cross() {
         }
     }
     assert!(reused >= 5 * (shared / PAGE * PAGE), "the shared preamble should be reused ({reused} tokens)");
-}
+});
 
-#[test]
-fn a_five_turn_chat_prefills_only_each_new_message() {
-    let mut engine = real_engine(EngineOptions::default());
-    let gpu = engine.gpu.clone();
+on_each_backend!(a_five_turn_chat_prefills_only_each_new_message, |backend: Backend| {
+    let mut engine = real_engine(backend, EngineOptions::default());
+    let poller = engine.poller();
     let mut session = ChatSession::new(Some("You are a helpful assistant. Keep answers short."));
     let params = SamplingParams::greedy(8);
     let turns = ["Hi! My name is Ada.", "What is two plus two?", "Name a colour.", "And an animal?", "What is my name?"];
@@ -198,7 +189,7 @@ fn a_five_turn_chat_prefills_only_each_new_message() {
     let template_tokens = tok("<|im_end|>\n<|im_start|>user\n") + tok("<|im_end|>\n<|im_start|>assistant\n");
     let mut previous_prompt = 0;
     for (n, user) in turns.iter().enumerate() {
-        let g = block_on(&gpu, session.send(&mut engine, user, &params, |_| true)).unwrap();
+        let g = poller.block_on(session.send(&mut engine, user, &params, |_| true)).unwrap();
         assert_eq!(g.stats.reused_tokens + g.stats.prefilled_tokens, g.stats.prompt_tokens);
         if n > 0 {
             // New: this message with its template tokens, plus the previous reply's last token
@@ -213,5 +204,4 @@ fn a_five_turn_chat_prefills_only_each_new_message() {
         }
         previous_prompt = g.stats.prompt_tokens;
     }
-    session.close(&mut engine);
-}
+});

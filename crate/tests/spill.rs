@@ -7,13 +7,13 @@
 mod common;
 
 use std::path::Path;
-use std::sync::Arc;
+
+use common::Backend;
 
 use radixlm::bench::Agreement;
 use radixlm::engine::sampling::SamplingParams;
 use radixlm::engine::{Engine, EngineOptions, Generation, Sequence};
 use radixlm::gpu::context::LimitsPolicy;
-use radixlm::gpu::executor::{block_on, open};
 use radixlm::kv::spill::dir_store::DirStore;
 use radixlm::kv::spill::{group_size, QuantLayout, SpillFormat};
 use radixlm::kv::{chain, PageHash};
@@ -33,12 +33,11 @@ fn tiny_model() -> Vec<u8> {
 }
 
 /// An engine over `bytes` spilling `format` pages into a directory store at `dir`.
-fn engine(bytes: &[u8], dir: &Path, format: SpillFormat, opts: EngineOptions) -> Engine {
-    let gpu = Arc::new(open(LimitsPolicy::Adapter).expect("a Vulkan device (Mesa llvmpipe on CI)"));
+fn engine(backend: Backend, bytes: &[u8], dir: &Path, format: SpillFormat, opts: EngineOptions) -> Engine {
     let opts = EngineOptions { spill: Some(format), ..opts };
-    let mut engine = block_on(&gpu.clone(), Engine::load(gpu.clone(), bytes, &opts)).expect("model loads");
+    let mut engine = backend.load(bytes, &opts);
     let store = DirStore::open(dir, opts.spill_budget_bytes).unwrap();
-    assert!(block_on(&gpu, engine.attach_spill_store(Box::new(store))), "spilling is on");
+    assert!(engine.poller().block_on(engine.attach_spill_store(Box::new(store))), "spilling is on");
     engine
 }
 
@@ -46,18 +45,18 @@ use common::run_greedy as run;
 
 /// Both tiers empty, then one greedy run.
 fn cold(engine: &mut Engine, prompt: &[u32], n: usize) -> Generation {
-    let gpu = engine.gpu.clone();
+    let poller = engine.poller();
     engine.clear_cache();
-    block_on(&gpu, engine.clear_spill());
+    poller.block_on(engine.clear_spill());
     run(engine, prompt, n)
 }
 
 /// Computes `prefix`, writes its pages to the store and clears the GPU tier.
 fn spill_prefix(engine: &mut Engine, prefix: &[u32]) {
-    let gpu = engine.gpu.clone();
+    let poller = engine.poller();
     engine.clear_cache();
     run(engine, prefix, 1);
-    block_on(&gpu, engine.write_behind());
+    poller.block_on(engine.write_behind());
     engine.clear_cache();
 }
 
@@ -72,14 +71,14 @@ fn prompt_and_suffix(engine: &Engine, doc: &str, question: &str) -> (Vec<u32>, V
 fn real_kv_pages_round_trip_within_the_budget_on_the_gpu() {
     let bytes = common::default_model_bytes();
     let dir = tempfile::tempdir().unwrap();
-    let mut engine = engine(&bytes, dir.path(), SpillFormat::Q8, EngineOptions::default());
-    let gpu = engine.gpu.clone();
+    let mut engine = engine(Backend::Gpu(LimitsPolicy::Adapter), &bytes, dir.path(), SpillFormat::Q8, EngineOptions::default());
+    let (poller, gpu) = (engine.poller(), engine.gpu().unwrap().clone());
     let (_, _, prompt) = prompt_and_suffix(&engine, DOCUMENT, QUESTION);
     let mut seq = Sequence::default();
-    block_on(&gpu, engine.logits(&mut seq, &prompt)).unwrap();
+    poller.block_on(engine.logits(&mut seq, &prompt)).unwrap();
     // Real keys (after RoPE) and values of four pages, every layer.
     let pages: Vec<u32> = seq.pages()[..4].to_vec();
-    let per_page: Vec<Vec<Vec<f32>>> = pages.iter().map(|&p| block_on(&gpu, engine.kv_page_values(p)).unwrap()).collect();
+    let per_page: Vec<Vec<Vec<f32>>> = pages.iter().map(|&p| poller.block_on(engine.kv_page_values(p)).unwrap()).collect();
     engine.release(&mut seq);
     let n_lk = per_page[0].len();
     let slices: Vec<Vec<f32>> = (0..n_lk).map(|lk| per_page.iter().flat_map(|p| p[lk].iter().copied()).collect()).collect();
@@ -93,11 +92,10 @@ fn real_kv_pages_round_trip_within_the_budget_on_the_gpu() {
     }
 }
 
-#[test]
-fn restored_q8_prefixes_continue_exactly_as_cold_runs() {
+on_each_backend!(restored_q8_prefixes_continue_exactly_as_cold_runs, |backend: Backend| {
     let bytes = common::default_model_bytes();
     let dir = tempfile::tempdir().unwrap();
-    let mut engine = engine(&bytes, dir.path(), SpillFormat::Q8, EngineOptions::default());
+    let mut engine = engine(backend, &bytes, dir.path(), SpillFormat::Q8, EngineOptions::default());
     let chat_system = "<|im_start|>system\nYou are a careful assistant. Answer from the document only, in one sentence.\n\n".to_string() + DOCUMENT + "<|im_end|>\n";
     let cases = [(DOCUMENT.to_string(), QUESTION), (chat_system, "<|im_start|>user\nHow tall is the tower?<|im_end|>\n<|im_start|>assistant\n")];
     for (doc, question) in &cases {
@@ -112,17 +110,16 @@ fn restored_q8_prefixes_continue_exactly_as_cold_runs() {
         let control = cold(&mut engine, &suffix, 32);
         assert_ne!(restored.tokens, control.tokens, "restored equals the suffix-alone control for {question:?}");
     }
-}
+});
 
-#[test]
-fn pages_evicted_from_the_gpu_are_spilled_then_restored() {
+on_each_backend!(pages_evicted_from_the_gpu_are_spilled_then_restored, |backend: Backend| {
     let bytes = tiny_model();
     let dir = tempfile::tempdir().unwrap();
     let cfg = radixlm::model::Config::from_gguf(&radixlm::gguf::GgufFile::parse(&bytes).unwrap()).unwrap();
     // Room for 12 pages: the second prompt cannot fit beside the first.
-    let kv = 12 * radixlm::kv::pool::page_bytes(&cfg, PAGE);
-    let mut engine = engine(&bytes, dir.path(), SpillFormat::Q8, EngineOptions { kv_budget_bytes: kv, max_batch: 32, ..Default::default() });
-    let gpu = engine.gpu.clone();
+    let kv = 12 * radixlm::kv::page_bytes(&cfg, PAGE);
+    let mut engine = engine(backend, &bytes, dir.path(), SpillFormat::Q8, EngineOptions { kv_budget_bytes: kv, max_batch: 32, ..Default::default() });
+    let poller = engine.poller();
     let a: Vec<u32> = (0..100).map(|i| (i * 7 + 3) % 500).collect();
     let b: Vec<u32> = (0..150).map(|i| (i * 11 + 5) % 500).collect();
     let question: Vec<u32> = (0..20).map(|i| (i * 13 + 1) % 500).collect();
@@ -133,24 +130,24 @@ fn pages_evicted_from_the_gpu_are_spilled_then_restored() {
     run(&mut engine, &b, 1);
     let pending = engine.spill_stats().unwrap().pending_pages;
     assert!(pending >= a.len() / PAGE, "A's pages were captured when B evicted them ({pending} pending)");
-    block_on(&gpu, engine.write_behind());
+    poller.block_on(engine.write_behind());
     let restored = run(&mut engine, &prompt, 32);
     assert_eq!(restored.stats.restored_tokens, a.len() / PAGE * PAGE);
     assert_eq!(restored.tokens, cold_run.tokens);
     let control = cold(&mut engine, &question, 32);
     assert_ne!(restored.tokens, control.tokens);
-}
+});
 
 /// Top-1 agreement with `cold_tokens`, teacher-forced over a restored prefix: cold's tokens are
 /// fed one by one and each step whose greedy choice is cold's next token counts.
 fn teacher_forced_agreement(engine: &mut Engine, prefix: &[u32], prompt: &[u32], cold_tokens: &[u32]) -> usize {
-    let gpu = engine.gpu.clone();
+    let poller = engine.poller();
     spill_prefix(engine, prefix);
     let mut seq = Sequence::default();
     let mut history = prompt.to_vec();
     let mut req = engine.start(&mut seq, &history, &SamplingParams::greedy(1)).unwrap();
     let first = loop {
-        match block_on(&gpu, engine.step(&mut req)).unwrap() {
+        match poller.block_on(engine.step(&mut req)).unwrap() {
             radixlm::engine::Step::Token { token, .. } => break token,
             radixlm::engine::Step::Done { generation, .. } => break generation.tokens[0],
             radixlm::engine::Step::Prefill { .. } => {}
@@ -161,7 +158,7 @@ fn teacher_forced_agreement(engine: &mut Engine, prefix: &[u32], prompt: &[u32],
     let mut agree = usize::from(first == cold_tokens[0]);
     for i in 0..cold_tokens.len() - 1 {
         history.push(cold_tokens[i]);
-        let logits = block_on(&gpu, engine.logits(&mut seq, &history)).unwrap();
+        let logits = poller.block_on(engine.logits(&mut seq, &history)).unwrap();
         let best = logits.iter().enumerate().fold(0, |b, (j, &l)| if l > logits[b] { j } else { b }) as u32;
         agree += usize::from(best == cold_tokens[i + 1]);
     }
@@ -169,14 +166,13 @@ fn teacher_forced_agreement(engine: &mut Engine, prefix: &[u32], prompt: &[u32],
     agree
 }
 
-#[test]
-fn q4_agreement_with_cold_runs_on_the_default_model() {
+on_each_backend!(q4_agreement_with_cold_runs_on_the_default_model, |backend: Backend| {
     const STEPS: usize = 256;
     let bytes = common::default_model_bytes();
     let mut agreement = Vec::new();
     for format in [SpillFormat::Q8, SpillFormat::Q4] {
         let dir = tempfile::tempdir().unwrap();
-        let mut engine = engine(&bytes, dir.path(), format, EngineOptions::default());
+        let mut engine = engine(backend, &bytes, dir.path(), format, EngineOptions::default());
         let (prefix, _, prompt) = prompt_and_suffix(&engine, DOCUMENT, QUESTION);
         let cold_run = cold(&mut engine, &prompt, STEPS);
         let (cold_tokens, cold_gaps) = (cold_run.tokens, cold_run.top2_gaps);
@@ -203,7 +199,7 @@ fn q4_agreement_with_cold_runs_on_the_default_model() {
         };
         assert!(agree >= min_agree, "{format:?} top-1 agreement {agree} / {STEPS} under {min_agree}");
     }
-}
+});
 
 /// The file holding the record of `prompt`'s first page in a directory store at `dir`.
 fn first_record(engine: &Engine, dir: &Path, prompt: &[u32]) -> std::path::PathBuf {
@@ -218,8 +214,7 @@ fn reseal(bytes: &mut [u8]) {
     bytes[n..].copy_from_slice(&sum.to_le_bytes());
 }
 
-#[test]
-fn every_kind_of_bad_record_is_a_deleted_miss_and_output_equals_cold() {
+on_each_backend!(every_kind_of_bad_record_is_a_deleted_miss_and_output_equals_cold, |backend: Backend| {
     let bytes = tiny_model();
     let other_model = SyntheticSpec { tied_embeddings: false, seed: 99, ..SyntheticSpec::tiny() }.to_gguf();
     let prefix: Vec<u32> = (0..64).map(|i| (i * 7 + 3) % 500).collect();
@@ -228,7 +223,7 @@ fn every_kind_of_bad_record_is_a_deleted_miss_and_output_equals_cold() {
 
     // The other model's record of the same tokens: valid bytes, wrong fingerprint.
     let other_dir = tempfile::tempdir().unwrap();
-    let mut other = engine(&other_model, other_dir.path(), SpillFormat::Q8, EngineOptions::default());
+    let mut other = engine(backend, &other_model, other_dir.path(), SpillFormat::Q8, EngineOptions::default());
     spill_prefix(&mut other, &prefix);
     let foreign = std::fs::read(first_record(&other, other_dir.path(), &prompt)).unwrap();
     drop(other);
@@ -252,7 +247,7 @@ fn every_kind_of_bad_record_is_a_deleted_miss_and_output_equals_cold() {
     ];
     for (what, corrupt) in corruptions {
         let dir = tempfile::tempdir().unwrap();
-        let mut engine = engine(&bytes, dir.path(), SpillFormat::Q8, EngineOptions::default());
+        let mut engine = engine(backend, &bytes, dir.path(), SpillFormat::Q8, EngineOptions::default());
         let cold_run = cold(&mut engine, &prompt, 32);
         spill_prefix(&mut engine, &prefix);
         let path = first_record(&engine, dir.path(), &prompt);
@@ -278,10 +273,9 @@ fn every_kind_of_bad_record_is_a_deleted_miss_and_output_equals_cold() {
             assert_eq!(rejected, 1, "{what}: counted as rejected");
         }
     }
-}
+});
 
-#[test]
-fn a_full_store_never_fails_a_request() {
+on_each_backend!(a_full_store_never_fails_a_request, |backend: Backend| {
     let bytes = tiny_model();
     let prompt: Vec<u32> = (0..80).map(|i| (i * 7 + 3) % 500).collect();
     let mut reference = None;
@@ -289,8 +283,8 @@ fn a_full_store_never_fails_a_request() {
     // pages the prompt and its reply fill.
     for (budget, records) in [(1024, 0), (10_000, 2)] {
         let dir = tempfile::tempdir().unwrap();
-        let mut engine = engine(&bytes, dir.path(), SpillFormat::Q8, EngineOptions { spill_budget_bytes: budget, ..Default::default() });
-        let gpu = engine.gpu.clone();
+        let mut engine = engine(backend, &bytes, dir.path(), SpillFormat::Q8, EngineOptions { spill_budget_bytes: budget, ..Default::default() });
+        let poller = engine.poller();
         let cold_run = cold(&mut engine, &prompt, 16);
         spill_prefix(&mut engine, &prompt);
         let stats = engine.spill_stats().unwrap();
@@ -298,21 +292,21 @@ fn a_full_store_never_fails_a_request() {
         assert_eq!(stats.store.records, records, "{stats:?}");
         assert_eq!(stats.counters.store_errors, 0, "{stats:?}");
         let again = run(&mut engine, &prompt, 16);
-        block_on(&gpu, engine.write_behind());
+        poller.block_on(engine.write_behind());
         assert_eq!(again.tokens, cold_run.tokens, "budget {budget}");
         assert!(reference.get_or_insert(cold_run.tokens.clone()) == &cold_run.tokens);
     }
-}
+});
 
 #[test]
-fn a_second_process_restores_what_the_first_wrote() {
+fn a_second_process_restores_what_the_first_wrote_on_either_backend() {
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join("tiny.gguf");
     std::fs::write(&model, tiny_model()).unwrap();
     let cache = dir.path().join("kv");
-    let generate = || -> serde_json::Value {
+    let generate = |backend: &str| -> serde_json::Value {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_radixlm"))
-            .args(["generate", "--json", "--max-tokens", "16", "--prompt"])
+            .args(["generate", "--backend", backend, "--json", "--max-tokens", "16", "--prompt"])
             .arg("A lighthouse keeper's log, page one: wind north-east, sea calm, two ships passed. Next:")
             .arg("--model")
             .arg(&model)
@@ -323,10 +317,14 @@ fn a_second_process_restores_what_the_first_wrote() {
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         serde_json::from_slice(&out.stdout).unwrap()
     };
-    let first = generate();
-    let second = generate();
-    assert_eq!(first["stats"]["restored_tokens"], 0);
-    let prompt_len = first["prompt_ids"].as_array().unwrap().len();
-    assert_eq!(second["stats"]["restored_tokens"].as_u64().unwrap() as usize, (prompt_len - 1) / PAGE * PAGE);
-    assert_eq!(first["tokens"], second["tokens"]);
+    // Records are the same on both backends: each restores what the other wrote.
+    for (writer, reader) in [("gpu", "cpu"), ("cpu", "gpu")] {
+        let _ = std::fs::remove_dir_all(&cache);
+        let first = generate(writer);
+        let second = generate(reader);
+        assert_eq!(first["stats"]["restored_tokens"], 0);
+        let prompt_len = first["prompt_ids"].as_array().unwrap().len();
+        assert_eq!(second["stats"]["restored_tokens"].as_u64().unwrap() as usize, (prompt_len - 1) / PAGE * PAGE, "{writer} → {reader}");
+        assert_eq!(first["tokens"], second["tokens"], "{writer} → {reader}");
+    }
 }

@@ -35,13 +35,14 @@ import type {
 import { checkChatRequest, checkCompletionRequest, checkEngineOptions, checkPrefix } from "./validate.js";
 
 /**
- * Loads a model and resolves to an engine that runs it on the GPU, in a dedicated worker.
- * Rejects, with the worker ended, if WebGPU is missing or the model cannot be fetched or loaded.
+ * Loads a model and resolves to an engine that runs it on the GPU or the CPU (`backend`), in a
+ * dedicated worker. Rejects, with the worker ended, if the model cannot be fetched or loaded, or
+ * if WebGPU was asked for and is missing.
  */
 export async function createEngine(options: EngineOptions): Promise<Engine> {
   const { source, options: loader, transfer } = checkEngineOptions(options);
   // Fail here, fast, rather than after starting the worker and the wasm.
-  if (!navigator.gpu) throw new WebGPUUnavailableError();
+  if (loader.backend === "webgpu" && !navigator.gpu) throw new WebGPUUnavailableError();
   // Spilled pages should outlive storage pressure; only a window may ask (workers cannot), and a
   // refusal only means the browser may evict them, so the answer is not awaited.
   if (loader.spill !== "off") void navigator.storage?.persist?.().catch(() => false);

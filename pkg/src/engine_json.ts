@@ -49,7 +49,8 @@ interface WasmInfo {
   max_context: number;
   page_size: number;
   adapter: string;
-  backend: string;
+  backend: "webgpu" | "cpu";
+  threads: number;
   fingerprint: string;
 }
 
@@ -67,6 +68,7 @@ export function modelInfo(json: string): ModelInfo {
     pageSize: i.page_size,
     adapter: i.adapter,
     backend: i.backend,
+    threads: i.threads,
     fingerprint: i.fingerprint,
   };
 }

@@ -58,7 +58,7 @@ export class ModelFormatError extends RadixlmError {
   override readonly name = "ModelFormatError";
   /** What to do, appended to the GGUF reader's message. */
   static readonly advice =
-    "Check that the URL or file is a whole GGUF model in F32, F16, Q8_0, Q4_0 or Q4_1.";
+    "Check that the URL or file is a whole GGUF model of a supported architecture in F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K or Q6_K.";
 }
 
 /** The GPU ran out of memory. */
@@ -66,6 +66,13 @@ export class GpuOutOfMemoryError extends RadixlmError {
   override readonly name = "GpuOutOfMemoryError";
   /** What to do, appended to the engine's message. */
   static readonly advice = "Lower kvBudgetBytes or maxContext, use a smaller model, or close other tabs that use the GPU.";
+}
+
+/** The engine's worker ran out of memory (the CPU backend keeps weights and KV cache in wasm memory). */
+export class OutOfMemoryError extends RadixlmError {
+  override readonly name = "OutOfMemoryError";
+  /** What to do, appended to the engine's message. */
+  static readonly advice = "Lower kvBudgetBytes or maxContext, use a smaller model, or close other tabs.";
 }
 
 /** The GPU device was lost (the tab went to the background on a phone, or the driver reset). */
@@ -153,6 +160,7 @@ const BY_NAME = new Map<string, new (message: string) => RadixlmError>([
   ["AdapterLimitsError", AdapterLimitsError],
   ["ModelFormatError", ModelFormatError],
   ["GpuOutOfMemoryError", GpuOutOfMemoryError],
+  ["OutOfMemoryError", OutOfMemoryError],
   ["DeviceLostError", DeviceLostError],
   ["PromptTooLongError", PromptTooLongError],
   ["InvalidRequestError", InvalidRequestError],
@@ -191,6 +199,7 @@ const ENGINE_ERRORS = new Map<string, (new (message: string) => RadixlmError) & 
   ["AdapterLimitsError", AdapterLimitsError],
   ["ModelFormatError", ModelFormatError],
   ["GpuOutOfMemoryError", GpuOutOfMemoryError],
+  ["OutOfMemoryError", OutOfMemoryError],
   ["DeviceLostError", DeviceLostError],
   ["PromptTooLongError", PromptTooLongError],
   ["InvalidRequestError", InvalidRequestError],

@@ -10,6 +10,7 @@ export {
   ModelFetchError,
   ModelFormatError,
   GpuOutOfMemoryError,
+  OutOfMemoryError,
   DeviceLostError,
   PromptTooLongError,
   InvalidRequestError,

@@ -35,8 +35,9 @@ export type WireSource =
   | { kind: "bytes"; bytes: ArrayBuffer }
   | { kind: "blob"; blob: Blob };
 
-/** WasmLoader.create's options, sent as JSON. */
+/** WasmLoader.create's options, sent as JSON once the worker has resolved "auto". */
 export interface LoaderOptions {
+  backend: "auto" | "webgpu" | "cpu";
   kv_budget_bytes: number;
   max_batch: number;
   max_context?: number;

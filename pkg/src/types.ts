@@ -8,7 +8,14 @@ export interface EngineOptions {
    * (transferred to the engine's worker, so it is detached afterwards) or a Blob (a File too).
    */
   model: string | URL | ArrayBuffer | Blob;
-  /** Bytes of GPU memory for the KV cache; the engine clamps it to the adapter. Default 256 MiB. */
+  /**
+   * What computes: "webgpu" (the GPU), "cpu" (WebAssembly SIMD in the engine's worker, the
+   * weights and KV cache in wasm memory), or "auto" (the default): WebGPU on a hardware adapter,
+   * the CPU where the browser has no WebGPU, no adapter, or only a software one (SwiftShader,
+   * llvmpipe), which the CPU backend outruns. `engine.info.backend` says which was taken.
+   */
+  backend?: "auto" | "webgpu" | "cpu";
+  /** Bytes of memory for the KV cache (GPU memory, clamped to the adapter; or wasm memory). Default 256 MiB. */
   kvBudgetBytes?: number;
   /** Most prompt tokens one prefill step computes. Default 256. */
   maxBatch?: number;
@@ -83,10 +90,12 @@ export interface ModelInfo {
   maxContext: number;
   /** Tokens per KV-cache page (prefixes are cached in whole pages). */
   pageSize: number;
-  /** The GPU adapter's description. */
+  /** What computes: the GPU through WebGPU, or the CPU in WebAssembly. */
+  backend: "webgpu" | "cpu";
+  /** The GPU adapter's description, or the CPU kernels' instruction set ("simd128 SIMD"). */
   adapter: string;
-  /** The graphics backend under WebGPU, as the adapter reports it. */
-  backend: string;
+  /** Threads the CPU backend computes on (1 on WebGPU). */
+  threads: number;
   /** Hex digest identifying the model's weights, metadata and tokenizer. */
   fingerprint: string;
 }

@@ -93,6 +93,12 @@ export interface LoadParams {
 /** IndexedDB bytes for spilled KV pages unless the options say otherwise. */
 const DEFAULT_SPILL_BUDGET = 512 * 2 ** 20;
 
+function backend(value: unknown): "auto" | "webgpu" | "cpu" {
+  if (value === undefined) return "auto";
+  if (value === "auto" || value === "webgpu" || value === "cpu") return value;
+  throw invalid("backend", '"auto", "webgpu" or "cpu"', value);
+}
+
 function spillFormat(value: unknown): "q8" | "q4" | "off" {
   if (value === undefined) return "q8";
   if (value === "q8" || value === "q4" || value === "off") return value;
@@ -104,6 +110,7 @@ export function checkEngineOptions(options: EngineOptions): LoadParams {
   if (!isObject(options)) throw invalid("options", "an object", options);
   const { model } = options;
   const loader: LoaderOptions = {
+    backend: backend(options.backend),
     kv_budget_bytes: number("kvBudgetBytes", options.kvBudgetBytes, "a positive integer", positiveInteger) ?? 256 << 20,
     max_batch: number("maxBatch", options.maxBatch, "a positive integer", positiveInteger) ?? 256,
     max_context: number("maxContext", options.maxContext, "a positive integer", positiveInteger),

@@ -96,6 +96,32 @@ async function upload(model: ModelBytes, options: string, report: (progress: Loa
 const WRITE_BEHIND_PAGES = 8;
 
 /** The options with the spill budget capped at half of what the origin may store. */
+/**
+ * The backend "auto" means here: WebGPU on a hardware adapter; the CPU without WebGPU, without
+ * an adapter, or on a software adapter (SwiftShader, llvmpipe: `isFallbackAdapter`, or their
+ * names in the adapter's info), where the CPU backend is faster. An explicit "webgpu" without
+ * WebGPU is WebGPUUnavailableError.
+ */
+async function resolveBackend(asked: LoaderOptions["backend"]): Promise<"webgpu" | "cpu"> {
+  if (asked === "cpu") return "cpu";
+  if (!navigator.gpu) {
+    if (asked === "webgpu") throw new WebGPUUnavailableError();
+    return "cpu";
+  }
+  if (asked === "webgpu") return "webgpu";
+  const adapter = await navigator.gpu.requestAdapter().catch(() => null);
+  return adapter && !isSoftwareAdapter(adapter) ? "webgpu" : "cpu";
+}
+
+/** An adapter that runs WebGPU on the CPU. */
+function isSoftwareAdapter(adapter: GPUAdapter): boolean {
+  const legacy = adapter as GPUAdapter & { isFallbackAdapter?: boolean };
+  const info = adapter.info as GPUAdapterInfo & { isFallbackAdapter?: boolean };
+  if (legacy.isFallbackAdapter === true || info?.isFallbackAdapter === true) return true;
+  const names = [info?.vendor, info?.architecture, info?.device, info?.description].join(" ");
+  return /swiftshader|llvmpipe|lavapipe|software|microsoft basic render/i.test(names);
+}
+
 async function withinQuota(options: LoaderOptions): Promise<LoaderOptions> {
   if (options.spill === "off") return options;
   const estimate = await navigator.storage?.estimate?.().catch(() => undefined);
@@ -292,7 +318,7 @@ class Driver {
   }
 
   private async load(call: Call<"load">): Promise<ModelInfo> {
-    if (!navigator.gpu) throw new WebGPUUnavailableError();
+    const backend = await resolveBackend(call.options.backend);
     const wasm = new URL("./wasm/radixlm_bg.wasm", import.meta.url);
     try {
       await init({ module_or_path: wasm });
@@ -301,7 +327,7 @@ class Driver {
         `Could not load radixlm's wasm module from ${wasm.href} (${String(error)}). Serve dist/wasm/ next to dist/worker.js, the .wasm file as application/wasm.`,
       );
     }
-    this.model = { source: modelSource(call.source), options: JSON.stringify(await withinQuota(call.options)) };
+    this.model = { source: modelSource(call.source), options: JSON.stringify(await withinQuota({ ...call.options, backend })) };
     this.engine = await buildEngine(this.model.source, this.model.options, (progress) =>
       this.post({ kind: "progress", id: call.id, progress }),
     );

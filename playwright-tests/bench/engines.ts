@@ -1,7 +1,7 @@
-// The two engines the browser benchmarks compare, each driven in its own tab through its public
-// API: radixlm (this package, WebGPU) and wllama (llama.cpp compiled to wasm, on the CPU with
-// 2 threads: the engine a web page would use instead). Times are taken in the page, from the
-// call to the first streamed text.
+// The engines the browser benchmarks compare, each driven in its own tab through its public API:
+// radixlm (this package, on its WebGPU or its CPU backend) and wllama (llama.cpp compiled to
+// wasm, on the CPU with 2 threads: the engine a web page would use instead). Times are taken in
+// the page, from the call to the first streamed text.
 
 import { execFileSync } from "node:child_process";
 import { cpus, totalmem } from "node:os";
@@ -73,19 +73,43 @@ abstract class TabEngine implements BenchEngine {
   }
 }
 
-/** radixlm through the npm package's public API, in a tab of the harness page. */
+export type RadixlmBackend = "webgpu" | "cpu";
+
+/**
+ * The radixlm backend the prefix and scenario benchmarks run (`RADIXLM_BENCH_BACKEND`): the CPU
+ * by default, the faster one on a machine whose only GPU is a software one.
+ */
+export function benchBackend(): RadixlmBackend {
+  const asked = process.env.RADIXLM_BENCH_BACKEND ?? "cpu";
+  if (asked !== "cpu" && asked !== "webgpu") throw new Error(`RADIXLM_BENCH_BACKEND must be "cpu" or "webgpu", not ${asked}`);
+  return asked;
+}
+
+/** radixlm through the npm package's public API on one backend, in a tab of the harness page. */
 export class RadixlmEngine extends TabEngine {
-  readonly name = "radixlm";
+  readonly name: string;
+
+  constructor(
+    page: Page,
+    readonly backend: RadixlmBackend,
+  ) {
+    super(page);
+    this.name = backend === "cpu" ? "radixlm (CPU)" : "radixlm (WebGPU)";
+  }
 
   async open(): Promise<number> {
     await this.page.goto("/harness/");
-    return this.page.evaluate(async (model) => {
-      const { createEngine } = (await import("/pkg/dist/index.js" as string)) as typeof import("../../pkg/src/index.js");
-      const started = performance.now();
-      const engine = await createEngine({ model });
-      (window as unknown as { benchEngine: unknown }).benchEngine = engine;
-      return performance.now() - started;
-    }, MODEL_URL);
+    return this.page.evaluate(
+      async ({ model, backend }) => {
+        const { createEngine } = (await import("/pkg/dist/index.js" as string)) as typeof import("../../pkg/src/index.js");
+        const started = performance.now();
+        const engine = await createEngine({ model, backend });
+        if (engine.info.backend !== backend) throw new Error(`asked for ${backend}, got ${engine.info.backend}`);
+        (window as unknown as { benchEngine: unknown }).benchEngine = engine;
+        return performance.now() - started;
+      },
+      { model: MODEL_URL, backend: this.backend },
+    );
   }
 
   /** Reloads the tab (a new worker, an empty GPU tier; IndexedDB and the Cache API stay) and loads again. */

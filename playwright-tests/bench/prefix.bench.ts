@@ -18,7 +18,7 @@ import { writeFileSync } from "node:fs";
 import path from "node:path";
 import { expect, test } from "@playwright/test";
 import { ttftChart } from "./chart";
-import { describe, RadixlmEngine, runEnvironment, WllamaEngine, type Run, type RunEnvironment } from "./engines";
+import { benchBackend, describe, RadixlmEngine, runEnvironment, WllamaEngine, type Run, type RunEnvironment } from "./engines";
 import { agreement, benchSize, median, percentile, PROTOCOL, resultsDir } from "./protocol";
 
 interface PathTimes {
@@ -69,7 +69,7 @@ test("prefix: TTFT cold, warm and restored, radixlm beside wllama, with correctn
   const check = PROTOCOL.check_tokens;
   // One context: the tabs share the origin's Cache API (the model) and IndexedDB (spilled pages).
   const context = await browser.newContext();
-  const radix = new RadixlmEngine(await context.newPage());
+  const radix = new RadixlmEngine(await context.newPage(), benchBackend());
   const wllama = new WllamaEngine(await context.newPage());
   const errors: string[] = [];
   for (const page of context.pages()) page.on("pageerror", (e) => errors.push(`${e.name}: ${e.message}`));
@@ -189,6 +189,7 @@ test("prefix: TTFT cold, warm and restored, radixlm beside wllama, with correctn
     repeats,
     checkTokens: check,
     pageSize,
+    radixlmBackend: radix.backend,
     loadMs: { radixlm: radixLoadMs, wllama: wllamaLoadMs, radixlmFromCacheMedian: median(reloadMs) },
     wllamaThreads: wllama.threads,
     rows,
@@ -203,9 +204,9 @@ test("prefix: TTFT cold, warm and restored, radixlm beside wllama, with correctn
   const valid = rows.filter((row) => row.failedControl === null);
   const line = (pick: (row: Row) => PathTimes): Array<[number, number]> => valid.map((row) => [row.prefixTokens, pick(row).median]);
   const chart = ttftChart(`TTFT (median), ${env.model}, ${env.browser}, ${env.adapter}`, [
-    { name: "radixlm cold", color: "#2457c5", points: line((row) => row.radixlm.cold) },
-    { name: "radixlm warm (GPU)", color: "#1b9e5a", points: line((row) => row.radixlm.warm) },
-    { name: "radixlm restored", color: "#8e44ad", points: line((row) => row.radixlm.restored) },
+    { name: `${radix.name} cold`, color: "#2457c5", points: line((row) => row.radixlm.cold) },
+    { name: `${radix.name} warm`, color: "#1b9e5a", points: line((row) => row.radixlm.warm) },
+    { name: `${radix.name} restored`, color: "#8e44ad", points: line((row) => row.radixlm.restored) },
     { name: "wllama cold", color: "#c0392b", dashed: true, points: line((row) => row.wllama.cold) },
     { name: "wllama warm", color: "#e67e22", dashed: true, points: line((row) => row.wllama.warm) },
   ]);
@@ -218,6 +219,7 @@ test("prefix: TTFT cold, warm and restored, radixlm beside wllama, with correctn
 
 function markdown(r: RunEnvironment & {
   repeats: number;
+  radixlmBackend: string;
   checkTokens: number;
   loadMs: { radixlm: number; wllama: number; radixlmFromCacheMedian: number };
   wllamaThreads: number;
@@ -227,7 +229,7 @@ function markdown(r: RunEnvironment & {
   const x = (v: number | null) => (v === null ? "—" : `${v.toFixed(1)}×`);
   const lines = [
     `${describe(r)} · ${r.repeats} repeat(s), controls over ${r.checkTokens} greedy tokens`,
-    `radixlm on WebGPU; wllama (llama.cpp in wasm) on the CPU, ${r.wllamaThreads} threads. First load of the model in this run: radixlm ${r.loadMs.radixlm.toFixed(0)} ms, wllama ${r.loadMs.wllama.toFixed(0)} ms; radixlm after a reload (from the Cache API): ${r.loadMs.radixlmFromCacheMedian.toFixed(0)} ms (median)`,
+    `radixlm on ${r.radixlmBackend === "cpu" ? "its CPU backend (wasm SIMD, 1 thread)" : "WebGPU"}; wllama (llama.cpp in wasm) on the CPU, ${r.wllamaThreads} threads. First load of the model in this run: radixlm ${r.loadMs.radixlm.toFixed(0)} ms, wllama ${r.loadMs.wllama.toFixed(0)} ms; radixlm after a reload (from the Cache API): ${r.loadMs.radixlmFromCacheMedian.toFixed(0)} ms (median)`,
     "",
     "TTFT in ms (median / p95), measured in the page from the request to the first streamed text.",
     "",

@@ -13,7 +13,7 @@
 import { writeFileSync } from "node:fs";
 import path from "node:path";
 import { expect, test, type BrowserContext } from "@playwright/test";
-import { describe, RadixlmEngine, runEnvironment, WllamaEngine, type BenchEngine, type Message, type Run } from "./engines";
+import { benchBackend, describe, RadixlmEngine, runEnvironment, WllamaEngine, type BenchEngine, type Message, type Run } from "./engines";
 import { ttftChart, type Series } from "./chart";
 import { benchSize, PROTOCOL, resultsDir } from "./protocol";
 
@@ -73,7 +73,7 @@ test("scenarios: follow-up, switching, shared system prompt, after a reload — 
   const B = system(HARBOUR.repeat(copies), "You are the harbour's clerk.");
 
   const context: BrowserContext = await browser.newContext();
-  const radix = new RadixlmEngine(await context.newPage());
+  const radix = new RadixlmEngine(await context.newPage(), benchBackend());
   const wllama = new WllamaEngine(await context.newPage());
   await radix.open();
   await wllama.open();
@@ -148,7 +148,7 @@ test("scenarios: follow-up, switching, shared system prompt, after a reload — 
   const lines = [
     describe(env),
     "",
-    `Scenarios: system prompts of ~${docTokens} tokens, greedy replies of ${REPLY_TOKENS} tokens; TTFT in ms in the page; prefilled = prompt tokens computed (radixlm: reused from the GPU / restored from IndexedDB; wllama: reused from its slot).`,
+    `${radix.name} beside wllama. Scenarios: system prompts of ~${docTokens} tokens, greedy replies of ${REPLY_TOKENS} tokens; TTFT in ms in the page; prefilled = prompt tokens computed (radixlm: reused from the GPU / restored from IndexedDB; wllama: reused from its slot).`,
     "",
     "| scenario | request | radixlm TTFT | radixlm prefilled (reused / restored) | wllama TTFT | wllama prefilled (reused) |",
     "|---|---|---:|---:|---:|---:|",

@@ -1,7 +1,8 @@
 // Raw speed beside the peer, in the same run: prefill tokens/s over a 512-token prompt, decode
 // tokens/s over 128 greedy tokens (as each engine reports them), and the time to load the model
 // when it is already on the device (radixlm: from the Cache API after a reload; wllama: from its
-// own cache), for radixlm (WebGPU) and wllama (llama.cpp in wasm, 2 threads).
+// own cache), for radixlm on its CPU backend and on WebGPU, and wllama (llama.cpp in wasm, 2
+// threads).
 //
 //   cd playwright-tests && npx playwright test -c bench.config.ts speed
 //   RADIXLM_BENCH_SIZE=smoke: 128 and 32 tokens, one repeat
@@ -12,18 +13,20 @@ import { expect, test } from "@playwright/test";
 import { describe, RadixlmEngine, runEnvironment, WllamaEngine, type BenchEngine } from "./engines";
 import { benchSize, median, PROTOCOL, resultsDir } from "./protocol";
 
-test("speed: prefill and decode tokens/s and load time, radixlm beside wllama", async ({ browser }) => {
+test("speed: prefill and decode tokens/s and load time, radixlm (CPU and WebGPU) beside wllama", async ({ browser }) => {
   const { smoke } = benchSize();
   const [prefillTokens, decodeTokens, repeats] = smoke ? [128, 32, 1] : [512, 128, 3];
   const prompt = PROTOCOL.filler.repeat(Math.ceil(prefillTokens / 37));
   const context = await browser.newContext();
-  const radix = new RadixlmEngine(await context.newPage());
+  const radixCpu = new RadixlmEngine(await context.newPage(), "cpu");
+  const radixGpu = new RadixlmEngine(await context.newPage(), "webgpu");
   const wllama = new WllamaEngine(await context.newPage());
-  await radix.open();
+  await radixCpu.open();
+  await radixGpu.open();
   await wllama.open();
 
   const rows: Array<{ engine: string; promptTokens: number; generated: number[]; prefill: number[]; decode: number[]; loadMs: number[] }> = [];
-  for (const engine of [radix, wllama] as BenchEngine[]) {
+  for (const engine of [radixCpu, radixGpu, wllama] as BenchEngine[]) {
     const row = { engine: engine.name, promptTokens: 0, generated: [] as number[], prefill: [] as number[], decode: [] as number[], loadMs: [] as number[] };
     for (let r = 0; r < repeats; r++) {
       await engine.forget();

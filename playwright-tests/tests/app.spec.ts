@@ -154,7 +154,9 @@ test("once opened, the page and the model work offline", async ({ page, context 
 test("a GPU reset shows its screen while the model reloads, and the chat goes on", async ({ page }, testInfo) => {
   await page.goto("/");
   await setMaxTokens(page, 8);
-  await openApp(page);
+  // On SwiftShader the app would take the CPU; the GPU is asked for by name.
+  await page.goto(`${APP}&backend=webgpu`);
+  await expect(page.getByRole("textbox", { name: "Message" })).toBeEnabled({ timeout: 60_000 });
   await send(page, "Before the reset");
   const screen = page.getByRole("dialog", { name: "The GPU was reset — reloading the model" });
   await page.evaluate(async () => {
@@ -249,16 +251,34 @@ test("on a 375 × 812 phone screen nothing scrolls sideways", async ({ page }, t
   await shot(page, testInfo, "phone-conversations");
 });
 
-test("a browser without WebGPU gets a screen that says which browsers have it", async ({ consoleErrors }, testInfo) => {
+test("a browser without WebGPU answers on the CPU; asked for WebGPU it says which browsers have it", async ({ consoleErrors }, testInfo) => {
   const browser = await chromium.launch({ executablePath: CHROMIUM_PATH, headless: true, args: BASE_FLAGS });
   try {
     const page = await browser.newPage({ baseURL: ORIGIN });
     consoleErrors.watch(page);
-    await page.goto(APP);
+    await page.goto("/");
+    await setMaxTokens(page, 8);
+    await openApp(page);
+    await page.getByRole("button", { name: "Settings and cache" }).click();
+    await expect(page.locator("#engine-info")).toContainText("CPU (WebAssembly, 1 thread)");
+    await send(page, "Hello without a GPU");
+    await expect(replies(page).first().locator(".content")).not.toBeEmpty();
+    await shot(page, testInfo, "no-webgpu-cpu");
+
+    await page.goto(`${APP}&backend=webgpu`);
     await expect(page.getByRole("heading", { name: "This browser has no WebGPU" })).toBeVisible({ timeout: 30_000 });
     await expect(page.getByRole("dialog")).toContainText(/Chrome or Edge 113/);
     await shot(page, testInfo, "no-webgpu");
   } finally {
     await browser.close();
   }
+});
+
+test("on a software GPU the app runs on the CPU and says so in its panel", async ({ page }) => {
+  await page.goto("/");
+  await setMaxTokens(page, 8);
+  await openApp(page);
+  await page.getByRole("button", { name: "Settings and cache" }).click();
+  await expect(page.locator("#engine-info")).toContainText("CPU (WebAssembly");
+  expect(await page.evaluate(() => window.radixlmChat?.engine.info.backend)).toBe("cpu");
 });

@@ -22,14 +22,17 @@ const MODELS = [
   { name: TINY_Q4_0_MODEL, url: testModelUrl(TINY_Q4_0_MODEL), file: testModelFile(TINY_Q4_0_MODEL) },
 ];
 
-for (const model of MODELS) test(`greedy output in the browser equals the native CLI's, token for token (${model.name})`, async ({ harness: page }, testInfo) => {
-  // Four native runs and four browser runs on software GPUs.
+const BACKENDS = ["webgpu", "cpu"] as const;
+
+for (const backend of BACKENDS) for (const model of MODELS) test(`greedy output in the browser equals the native CLI's, token for token (${backend}, ${model.name})`, async ({ harness: page }, testInfo) => {
+  // Four native runs and four browser runs (on software GPUs for WebGPU).
   test.setTimeout(480_000);
-  const { engine } = await loadEngine(page, { model: model.url });
+  const { engine, info } = await loadEngine(page, { model: model.url, backend });
+  expect(info.backend).toBe(backend);
 
   for (const { kind, prompt } of PROMPTS) {
     await test.step(`${kind} ${JSON.stringify(prompt)}`, async () => {
-      const native = nativeGenerate(prompt, { chat: kind === "chat", maxTokens: MAX_TOKENS, model: model.file });
+      const native = nativeGenerate(prompt, { chat: kind === "chat", maxTokens: MAX_TOKENS, model: model.file, backend });
       const request = { max_tokens: MAX_TOKENS, temperature: 0 };
       const browser =
         kind === "chat"

@@ -5,10 +5,10 @@ import { DEFAULT_MODEL_FILE, TEST_MODELS_DIR, TINY_MODEL, testModelFile, testMod
 import { expect, test } from "./fixtures";
 import { loadEngine, openHarness, preparePage, tryLoadEngine } from "./harness";
 
-test("without WebGPU, createEngine says WebGPU is unavailable", async ({ consoleErrors }) => {
+test("without WebGPU, createEngine answers on the CPU, and backend \"webgpu\" says WebGPU is unavailable", async ({ consoleErrors }) => {
   // Chromium on Linux without --enable-unsafe-webgpu still has navigator.gpu (in the page and in
-  // workers), but requestAdapter() resolves to null: the package reports that as NoAdapterError,
-  // a kind of WebGPUUnavailableError.
+  // workers), but requestAdapter() resolves to null: "auto" takes the CPU, and an explicit
+  // "webgpu" is NoAdapterError, a kind of WebGPUUnavailableError.
   const browser = await chromium.launch({ executablePath: CHROMIUM_PATH, headless: true, args: BASE_FLAGS });
   try {
     const page = await browser.newPage({ baseURL: ORIGIN });
@@ -16,7 +16,13 @@ test("without WebGPU, createEngine says WebGPU is unavailable", async ({ console
     await preparePage(page);
     await openHarness(page);
 
-    const { outcome } = await tryLoadEngine(page, { model: testModelUrl(TINY_MODEL) });
+    const { engine, info } = await loadEngine(page, { model: testModelUrl(TINY_MODEL), backend: "auto" });
+    expect(info.backend).toBe("cpu");
+    expect(info.threads).toBe(1);
+    const answer = await engine.complete({ prompt: "Hello, world", max_tokens: 8, temperature: 0 });
+    expect(answer.tokens.length).toBe(8);
+
+    const { outcome } = await tryLoadEngine(page, { model: testModelUrl(TINY_MODEL), backend: "webgpu" });
     expect(outcome.ok, "createEngine rejected").toBe(false);
     if (outcome.ok) return;
     expect(["WebGPUUnavailableError", "NoAdapterError"]).toContain(outcome.error.name);

@@ -128,7 +128,11 @@ export interface Loaded {
   info: ModelInfo;
 }
 
-/** createEngine in the page, collecting every progress event in order. */
+/**
+ * createEngine in the page, collecting every progress event in order. The backend is WebGPU
+ * unless the options say otherwise: the suites written for the GPU path keep testing it on
+ * SwiftShader, where "auto" would take the CPU.
+ */
 export async function tryLoadEngine(page: Page, options: LoadOptions): Promise<{ outcome: Outcome<Loaded>; progress: LoadProgress[] }> {
   const r = await page.evaluate(async ({ as, ...opts }) => {
     const rx = window.rx;
@@ -148,7 +152,7 @@ export async function tryLoadEngine(page: Page, options: LoadOptions): Promise<{
     } catch (e) {
       return { ok: false as const, error: rx.describe(e, mod), progress };
     }
-  }, options);
+  }, { backend: "webgpu" as const, ...options });
   if (!r.ok) return { outcome: { ok: false, error: r.error }, progress: r.progress };
   const loaded = { engine: new EngineHandle(page, r.id), progress: r.progress, info: r.info };
   return { outcome: { ok: true, value: loaded }, progress: r.progress };

@@ -13,11 +13,16 @@ export interface NativeGeneration {
   finish_reason: string;
 }
 
-/** Greedy generation by the native engine on `opts.model` (a file; the default model when absent). */
-export function nativeGenerate(prompt: string, opts: { chat: boolean; maxTokens: number; model?: string }): NativeGeneration {
-  const args = ["generate", "--json", "--max-tokens", String(opts.maxTokens), "--temperature", "0", "--prompt", prompt];
+/**
+ * Greedy generation by the native engine on `opts.model` (a file; the default model when absent),
+ * on the backend the browser run used: the GPU (wgpu on the machine's adapter) or the CPU.
+ */
+export function nativeGenerate(prompt: string, opts: { chat: boolean; system?: string; maxTokens: number; model?: string; backend: "webgpu" | "cpu" }): NativeGeneration {
+  const backend = opts.backend === "cpu" ? "cpu" : "gpu";
+  const args = ["generate", "--backend", backend, "--no-spill", "--json", "--max-tokens", String(opts.maxTokens), "--temperature", "0", "--prompt", prompt];
   if (opts.model) args.push("--model", opts.model);
   if (opts.chat) args.push("--chat");
+  if (opts.system !== undefined) args.push("--system", opts.system);
   let stdout: string;
   try {
     stdout = execFileSync(CLI, args, { cwd: REPO_ROOT, encoding: "utf8", stdio: ["ignore", "pipe", "pipe"], timeout: 300_000, maxBuffer: 16 << 20 });

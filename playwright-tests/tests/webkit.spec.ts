@@ -1,17 +1,24 @@
 // Safari's engine: the chat app loads and runs in WebKitGTK's MiniBrowser (JavaScriptCore, WebKit's
-// DOM and IndexedDB), driven through plain WebDriver, and shows the no-WebGPU screen both ways
-// WebKit lacks WebGPU here: `navigator.gpu` undefined (the default) and null (the WebGPU feature
-// flag on, with no GPU process support for it in this build).
+// DOM and IndexedDB), driven through plain WebDriver. WebKit lacks WebGPU here both ways it can:
+// `navigator.gpu` undefined (the default) and null (the WebGPU feature flag on, with no GPU
+// process support for it in this build); either way the engine runs on the CPU backend
+// (WebAssembly SIMD in JavaScriptCore), and the default model's greedy reply equals the native
+// CLI's on its CPU backend.
 
 import { ORIGIN } from "../browser";
+import { TINY_UNTIED_MODEL, testModelUrl } from "../paths";
 import { expect, test } from "./fixtures";
-import { startXvfb, WebKitDriver } from "./webdriver";
+import { nativeGenerate } from "./native";
+import { startXvfb, WebKitDriver, type WebDriverSession } from "./webdriver";
 
 interface PageState {
   gpu: string;
   userAgent: string;
   title: string | null;
   text: string | null;
+  /** The composer is enabled: the model loaded. */
+  ready: boolean;
+  engine: string | null;
   /** What the app's error reporter showed: it puts every uncaught error on screen. */
   toast: string | null;
   overflow: number;
@@ -24,6 +31,8 @@ const READ_STATE = `
     userAgent: navigator.userAgent,
     title: document.getElementById("screen-title")?.textContent ?? null,
     text: document.getElementById("screen-text")?.textContent ?? null,
+    ready: document.getElementById("input")?.disabled === false,
+    engine: document.getElementById("engine-info")?.textContent ?? null,
     toast: toast && !toast.hidden ? toast.textContent : null,
     overflow: document.documentElement.scrollWidth - document.documentElement.clientWidth,
   };`;
@@ -42,29 +51,78 @@ test.describe("WebKit (MiniBrowser through WebDriver)", () => {
     xvfb?.stop();
   });
 
+  /** Opens the app on `model` (the default model when absent) and waits for it to load. */
+  async function openApp(session: WebDriverSession, model?: string): Promise<PageState> {
+    await session.setWindowSize(375, 812);
+    await session.navigate(model ? `${ORIGIN}/?model=${encodeURIComponent(model)}` : `${ORIGIN}/`);
+    // The HTML's composer starts disabled: only the app's code, with the model loaded, enables it.
+    const deadline = Date.now() + 120_000;
+    let state = await session.execute<PageState>(READ_STATE);
+    while (!state.ready && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 500));
+      state = await session.execute<PageState>(READ_STATE);
+    }
+    expect(state.ready, `the app did not load; the page said ${JSON.stringify(state)}`).toBe(true);
+    return state;
+  }
+
+  function expectSafari(state: PageState, gpu: string): void {
+    expect(state.userAgent).toMatch(/AppleWebKit\/.* Safari\//);
+    expect(state.userAgent).not.toMatch(/Chrome|Chromium/);
+    expect(state.gpu).toBe(gpu);
+    expect(state.engine).toContain("CPU (WebAssembly, 1 thread)");
+    expect(state.toast, "an uncaught error in the app").toBeNull();
+    expect(state.overflow, "horizontal overflow at 375 px").toBeLessThanOrEqual(0);
+  }
+
+  test("the default model loads in JavaScriptCore on the CPU and streams the native CLI's greedy reply", async ({}, testInfo) => {
+    test.setTimeout(300_000);
+    if (!driver) throw new Error("WebKitWebDriver did not start");
+    const session = await driver.session([]);
+    try {
+      const state = await openApp(session);
+      expectSafari(state, "undefined");
+      const system = "You are a helpful assistant. Answer clearly and briefly.";
+      const user = "What is the boiling point of water at sea level?";
+      const native = nativeGenerate(user, { chat: true, system, maxTokens: 16, backend: "cpu" });
+      // The app's engine, streamed: the pieces arrive one by one and add up to the reply.
+      await session.execute(
+        `const [messages] = arguments;
+         window.__reply = null;
+         (async () => {
+           const stream = await window.radixlmChat.engine.chat.completions.create({ messages, max_tokens: 16, temperature: 0, stream: true });
+           let text = "", pieces = 0;
+           for await (const chunk of stream) { const d = chunk.choices[0]?.delta?.content ?? ""; if (d) { text += d; pieces++; } }
+           window.__reply = { text, pieces };
+         })().catch((e) => { window.__reply = { error: String(e) }; });`,
+        [{ role: "system", content: system }, { role: "user", content: user }],
+      );
+      await expect.poll(async () => session.execute<unknown>("return window.__reply;"), { timeout: 120_000 }).not.toBeNull();
+      const reply = await session.execute<{ text?: string; pieces?: number; error?: string }>("return window.__reply;");
+      await testInfo.attach("webkit-default-model", { body: await session.screenshot(), contentType: "image/png" });
+      expect(reply.error).toBeUndefined();
+      expect(reply.pieces).toBeGreaterThan(1);
+      expect(reply.text).toBe(native.text);
+    } finally {
+      await session.close();
+    }
+  });
+
   const cases: Array<[string, string[], string]> = [
     ["navigator.gpu undefined", [], "undefined"],
     ["navigator.gpu null, with --features=+WebGPU", ["--features=+WebGPU"], "null"],
   ];
   for (const [name, args, gpu] of cases) {
-    test(`the app runs in JavaScriptCore and shows the no-WebGPU screen (${name})`, async ({}, testInfo) => {
+    test(`the app runs in JavaScriptCore on the CPU backend (${name})`, async ({}, testInfo) => {
       if (!driver) throw new Error("WebKitWebDriver did not start");
       const session = await driver.session(args);
       try {
-        await session.setWindowSize(375, 812);
-        await session.navigate(`${ORIGIN}/`);
-        // The HTML says "Loading the model": only the app's code, run to its end, changes it.
-        await expect.poll(async () => (await session.execute<PageState>(READ_STATE)).title, { timeout: 30_000 }).toBe("This browser has no WebGPU");
+        await openApp(session, testModelUrl(TINY_UNTIED_MODEL));
         // Give anything still pending (the conversation store opening, the service worker) time to fail.
         await new Promise((r) => setTimeout(r, 1000));
         const state = await session.execute<PageState>(READ_STATE);
         await testInfo.attach(`webkit-${gpu}`, { body: await session.screenshot(), contentType: "image/png" });
-        expect(state.userAgent).toMatch(/AppleWebKit\/.* Safari\//);
-        expect(state.userAgent).not.toMatch(/Chrome|Chromium/);
-        expect(state.gpu).toBe(gpu);
-        expect(state.text).toMatch(/Safari 26\+/);
-        expect(state.toast, "an uncaught error in the app").toBeNull();
-        expect(state.overflow, "horizontal overflow at 375 px").toBeLessThanOrEqual(0);
+        expectSafari(state, gpu);
       } finally {
         await session.close();
       }

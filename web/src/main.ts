@@ -37,6 +37,7 @@ const ui = {
   temperatureValue: $<HTMLOutputElement>("temperature-value"),
   maxTokens: $<HTMLInputElement>("max-tokens"),
   cacheStats: $<HTMLDListElement>("cache-stats"),
+  engineInfo: $<HTMLDListElement>("engine-info"),
   replyStats: $<HTMLDListElement>("reply-stats"),
   screen: $<HTMLDivElement>("screen"),
   screenTitle: $<HTMLHeadingElement>("screen-title"),
@@ -558,13 +559,18 @@ function deviceLost(event: DeviceLostEvent): void {
 }
 
 async function boot(): Promise<void> {
-  const model = new URLSearchParams(location.search).get("model") ?? DEFAULT_MODEL;
+  const params = new URLSearchParams(location.search);
+  const model = params.get("model") ?? DEFAULT_MODEL;
+  // ?backend=webgpu|cpu overrides the engine's choice (WebGPU on a hardware GPU, else the CPU).
+  const asked = params.get("backend");
+  const backend = asked === "webgpu" || asked === "cpu" ? asked : "auto";
   const meter = new LoadMeter();
-  showScreen("Loading the model", "It runs on this device's GPU; nothing you type leaves it.", { progress: true });
+  showScreen("Loading the model", "It runs on this device; nothing you type leaves it.", { progress: true });
   try {
     const [engine, store] = await Promise.all([
       createEngine({
         model,
+        backend,
         onProgress: (p) => {
           const { fraction, text } = meter.read(p);
           ui.progress.value = fraction;
@@ -575,6 +581,12 @@ async function boot(): Promise<void> {
       ConversationStore.open(),
     ]);
     window.radixlmChat = { engine };
+    const { info } = engine;
+    dl(ui.engineInfo, [
+      ["Model", info.modelName],
+      ["Runs on", info.backend === "cpu" ? `CPU (WebAssembly, ${info.threads} thread${info.threads === 1 ? "" : "s"})` : "GPU (WebGPU)"],
+      [info.backend === "cpu" ? "Instructions" : "Adapter", info.adapter || "—"],
+    ]);
     ui.screen.hidden = true;
     await new ChatApp(engine, store).start();
   } catch (error) {

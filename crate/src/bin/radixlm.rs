@@ -7,7 +7,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use radixlm::engine::sampling::SamplingParams;
 use radixlm::engine::session::ChatSession;
-use radixlm::engine::{Engine, EngineOptions, Generation, Sequence};
+use radixlm::cpu::CpuOptions;
+use radixlm::engine::{Engine, EngineOptions, Generation, Poller, Sequence, Target};
 use radixlm::gguf::{GgmlType, GgufFile};
 use radixlm::gpu::context::LimitsPolicy;
 use radixlm::gpu::executor::{block_on, open};
@@ -21,7 +22,7 @@ use radixlm::tokenizer::{ChatTemplate, Message};
 const DEFAULT_MODEL: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
 
 #[derive(Parser)]
-#[command(name = "radixlm", version, about = "Run GGUF language models on the GPU through wgpu")]
+#[command(name = "radixlm", version, about = "Run GGUF language models on the GPU through wgpu, or on the CPU")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -51,9 +52,23 @@ struct ModelArgs {
     /// Spill store budget in MiB (least recently used pages go first).
     #[arg(long, default_value_t = 1024)]
     spill_mib: u64,
-    /// Kernel shapes: the adapter's (CPU-shaped on CPU adapters), or one set whatever the adapter.
+    /// GPU kernel shapes: the adapter's (CPU-shaped on CPU adapters), or one set whatever the adapter.
     #[arg(long, value_enum, default_value_t = KernelsArg::Auto)]
     kernels: KernelsArg,
+    /// What computes: a hardware GPU where there is one and the CPU otherwise (auto), the GPU
+    /// through wgpu whatever its adapter (software ones too), or the CPU.
+    #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
+    backend: BackendArg,
+    /// Threads of the CPU backend [default: every core].
+    #[arg(long)]
+    threads: Option<usize>,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, PartialEq, Eq)]
+enum BackendArg {
+    Auto,
+    Gpu,
+    Cpu,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy)]
@@ -128,6 +143,9 @@ enum Command {
         /// Wrap the prompt as a user message in the model's chat template.
         #[arg(long)]
         chat: bool,
+        /// With --chat: a system message before the prompt.
+        #[arg(long, requires = "chat")]
+        system: Option<String>,
         /// Print one line of JSON (prompt ids, generated ids, each step's top-2 logit gap, text,
         /// finish reason, stats) instead of streaming text.
         #[arg(long)]
@@ -288,21 +306,33 @@ fn read_model(path: &PathBuf) -> Result<Vec<u8>, AnyError> {
     std::fs::read(path).map_err(|e| format!("cannot read model {}: {e}", path.display()).into())
 }
 
+/// The backend `args` ask for: "auto" takes the GPU on a hardware adapter and the CPU where
+/// there is no adapter or only a software one.
+fn target(args: &ModelArgs) -> Result<Target, AnyError> {
+    let policy = if args.webgpu_limits { LimitsPolicy::WebGpuDefault } else { LimitsPolicy::Adapter };
+    let cpu = CpuOptions { threads: args.threads };
+    Ok(match args.backend {
+        BackendArg::Gpu => Target::Gpu(std::sync::Arc::new(open(policy)?)),
+        BackendArg::Cpu => Target::Cpu(cpu),
+        BackendArg::Auto => Target::auto(open(policy).ok(), cpu),
+    })
+}
+
 fn load_engine(args: &ModelArgs, dir: SpillDir) -> Result<Engine, AnyError> {
     let bytes = read_model(&args.model)?;
-    let policy = if args.webgpu_limits { LimitsPolicy::WebGpuDefault } else { LimitsPolicy::Adapter };
-    let gpu = std::sync::Arc::new(open(policy)?);
+    let target = target(args)?;
     let spill = (!args.no_spill).then_some(match args.spill {
         SpillArg::Q8 => SpillFormat::Q8,
         SpillArg::Q4 => SpillFormat::Q4,
     });
-    let kernels = match args.kernels {
-        KernelsArg::Auto => None,
-        KernelsArg::Gpu => Some(KernelShapes::for_gpu(&gpu)),
-        KernelsArg::Cpu => Some(KernelShapes::CPU),
+    let kernels = match (args.kernels, &target) {
+        (KernelsArg::Gpu, Target::Gpu(gpu)) => Some(KernelShapes::for_gpu(gpu)),
+        (KernelsArg::Cpu, _) => Some(KernelShapes::CPU),
+        _ => None,
     };
     let opts = EngineOptions { kv_budget_bytes: args.kv_mib << 20, spill, spill_budget_bytes: args.spill_mib << 20, kernels, ..EngineOptions::default() };
-    let mut engine = block_on(&gpu.clone(), Engine::load(gpu.clone(), &bytes, &opts))?;
+    let poller = Poller::for_target(&target);
+    let mut engine = poller.block_on(Engine::load(target, &bytes, &opts))?;
     if spill.is_some() {
         let folder = match dir {
             SpillDir::User => args.cache_dir.clone().or_else(|| dirs::cache_dir().map(|d| d.join("radixlm").join("kv"))),
@@ -313,7 +343,7 @@ fn load_engine(args: &ModelArgs, dir: SpillDir) -> Result<Engine, AnyError> {
             return Ok(engine);
         };
         let store = DirStore::open(&folder, opts.spill_budget_bytes).map_err(|e| format!("spill store {}: {e}", folder.display()))?;
-        if !block_on(&gpu, engine.attach_spill_store(Box::new(store))) {
+        if !poller.block_on(engine.attach_spill_store(Box::new(store))) {
             eprintln!("note: this model's head size has no spill quantization group; KV pages will not be kept");
         }
     }
@@ -326,17 +356,18 @@ fn scratch_dir() -> PathBuf {
 
 /// Writes the request's new pages to the spill store, as the engine's idle work.
 fn write_behind(engine: &mut Engine) {
-    let gpu = engine.gpu.clone();
-    block_on(&gpu, engine.write_behind());
+    engine.poller().block_on(engine.write_behind());
 }
 
 fn run(cli: Cli) -> Result<(), AnyError> {
     match cli.command {
         Command::Info { model } => info(&model),
-        Command::Generate { model, prompt, chat, json, sampling } => {
+        Command::Generate { model, prompt, chat, system, json, sampling } => {
             let mut engine = load_engine(&model, SpillDir::User)?;
             let tokens = if chat {
-                engine.chat_tokens(&[Message { role: "user".into(), content: prompt }])?
+                let system = system.map(|content| Message { role: "system".into(), content });
+                let messages: Vec<Message> = system.into_iter().chain([Message { role: "user".into(), content: prompt }]).collect();
+                engine.chat_tokens(&messages)?
             } else {
                 engine.tokenizer.encode(&prompt, true)?
             };
@@ -399,9 +430,9 @@ fn run(cli: Cli) -> Result<(), AnyError> {
                 prefix_lens.extend(&radixlm::bench::PROTOCOL.long_prefix_lens);
             }
             let mut engine = load_engine(&model, SpillDir::Scratch)?;
-            let gpu = engine.gpu.clone();
+            let poller = engine.poller();
             let cfg = radixlm::bench::PrefixBenchConfig { prefix_lens, delta, repeats, ..Default::default() };
-            let report = block_on(&gpu, radixlm::bench::prefix(&mut engine, &cfg));
+            let report = poller.block_on(radixlm::bench::prefix(&mut engine, &cfg));
             let _ = std::fs::remove_dir_all(scratch_dir());
             let report = report?;
             println!("{report}");
@@ -422,12 +453,12 @@ fn run(cli: Cli) -> Result<(), AnyError> {
         Command::Bench { which: Bench::Throughput { model, prefill_tokens, decode_tokens, repeats, profile, cached_tokens } } => {
             // Every repeat must prefill its whole prompt: no spill tier to restore it from.
             let mut engine = load_engine(&ModelArgs { no_spill: true, ..model }, SpillDir::Scratch)?;
-            let gpu = engine.gpu.clone();
-            let report = block_on(&gpu, radixlm::bench::throughput(&mut engine, prefill_tokens, decode_tokens, repeats))?;
+            let poller = engine.poller();
+            let report = poller.block_on(radixlm::bench::throughput(&mut engine, prefill_tokens, decode_tokens, repeats))?;
             println!("{report}");
             println!("{}", serde_json::to_string(&report)?);
             if profile {
-                let profile = block_on(&gpu, radixlm::bench::profile(&mut engine, cached_tokens, prefill_tokens, decode_tokens))?;
+                let profile = poller.block_on(radixlm::bench::profile(&mut engine, cached_tokens, prefill_tokens, decode_tokens))?;
                 println!("{profile}");
                 println!("{}", serde_json::to_string(&profile)?);
             }
@@ -437,20 +468,20 @@ fn run(cli: Cli) -> Result<(), AnyError> {
 }
 
 fn generate_streaming(engine: &mut Engine, seq: &mut Sequence, tokens: &[u32], params: &SamplingParams) -> Result<Generation, AnyError> {
-    let gpu = engine.gpu.clone();
+    let poller = engine.poller();
     let fut = engine.generate(seq, tokens, params, |piece| {
         print!("{piece}");
         let _ = std::io::stdout().flush();
         true
     });
-    Ok(block_on(&gpu, fut)?)
+    Ok(poller.block_on(fut)?)
 }
 
 /// Generates the reply and prints it as one JSON line, with each token's top-2 logit gap.
 fn generate_json(engine: &mut Engine, prompt: &[u32], params: &SamplingParams) -> Result<(), AnyError> {
-    let gpu = engine.gpu.clone();
+    let poller = engine.poller();
     let mut seq = Sequence::default();
-    let generation = block_on(&gpu, engine.generate(&mut seq, prompt, params, |_| true));
+    let generation = poller.block_on(engine.generate(&mut seq, prompt, params, |_| true));
     engine.release(&mut seq);
     let generation = generation?;
     write_behind(engine);
@@ -479,10 +510,9 @@ fn chat(model: &ModelArgs, system: Option<String>, params: &SamplingParams) -> R
     eprintln!("loading {} ...", model.model.display());
     let mut engine = load_engine(model, SpillDir::User)?;
     eprintln!(
-        "radixlm chat — {} on {} ({}). Type a message; an empty line or Ctrl-D quits.",
+        "radixlm chat — {} on {}. Type a message; an empty line or Ctrl-D quits.",
         model.model.file_name().unwrap_or_default().to_string_lossy(),
-        engine.gpu.info.name,
-        format!("{:?}", engine.gpu.info.backend).to_lowercase()
+        engine.backend_info().describe()
     );
     let mut session = ChatSession::new(system.as_deref());
     let stdin = std::io::stdin();
@@ -491,16 +521,15 @@ fn chat(model: &ModelArgs, system: Option<String>, params: &SamplingParams) -> R
         std::io::stdout().flush()?;
         let mut line = String::new();
         if stdin.lock().read_line(&mut line)? == 0 || line.trim().is_empty() {
-            session.close(&mut engine);
             return Ok(());
         }
-        let gpu = engine.gpu.clone();
+        let poller = engine.poller();
         let reply = session.send(&mut engine, line.trim_end(), params, |piece| {
             print!("{piece}");
             let _ = std::io::stdout().flush();
             true
         });
-        let gen = block_on(&gpu, reply)?;
+        let gen = poller.block_on(reply)?;
         write_behind(&mut engine);
         println!();
         print_stats(&gen);

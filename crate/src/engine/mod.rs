@@ -1,10 +1,13 @@
-//! The engine: a model loaded onto the GPU, its KV pool, and the generate loop.
+//! The engine: a model loaded onto a backend (`backend`: WebGPU or the CPU), the prefix cache
+//! over its KV pages, the spill tier, and requests stepped one prefill batch or one token at
+//! a time (`request`).
 //!
-//! One request: tokens → keep the part of the sequence's history that matches → prefill the
-//! rest at offset = kept length (in batches of up to `max_batch`) → sample the first token
-//! (TTFT) → decode until EOS, a stop string, `max_tokens` or the context limit.
+//! One request: tokens → keep the part of the sequence's history that matches → restore the
+//! pages the spill store holds next → prefill the rest at offset = kept length (in batches of
+//! up to `max_batch`) → sample the first token (TTFT) → decode until EOS, a stop string,
+//! `max_tokens` or the context limit.
 
-pub mod forward;
+pub mod backend;
 pub mod histories;
 pub mod loader;
 pub mod request;
@@ -12,23 +15,25 @@ pub mod sampling;
 pub mod session;
 pub mod spill;
 mod stop;
-pub mod weights;
 
 use std::sync::Arc;
 
+use web_time::Instant;
+
+use crate::cpu::CpuError;
 use crate::gguf::GgufError;
 use crate::gpu::context::{Gpu, GpuError};
-use crate::kv::pool::{KvPool, DEFAULT_PAGE_SIZE};
 use crate::kv::spill::{SpillFormat, SpillStore};
-use crate::kv::{CacheError, CacheStats, PrefixCache};
+use crate::kv::{CacheError, CacheStats, PrefixCache, DEFAULT_PAGE_SIZE};
 use crate::model::{Config, ModelError};
-use crate::tokenizer::{ChatTemplate, Tokenizer, TokenizerError};
+use crate::tokenizer::{ChatTemplate, Message, Tokenizer, TokenizerError};
 
-use forward::Forward;
+use backend::{Backend, Head, HeadOut};
+use sampling::SamplingParams;
 use spill::{SpillStats, SpillTier};
+pub use backend::{BackendInfo, Target};
 pub use loader::ModelLoader;
 pub use request::{Request, Step};
-use weights::ModelWeights;
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
@@ -38,6 +43,8 @@ pub enum EngineError {
     Model(#[from] ModelError),
     #[error(transparent)]
     Gpu(#[from] GpuError),
+    #[error(transparent)]
+    Cpu(#[from] CpuError),
     #[error(transparent)]
     Tokenizer(#[from] TokenizerError),
     #[error("the prompt is {prompt_tokens} tokens, over the context limit of {limit} tokens")]
@@ -54,6 +61,10 @@ pub enum EngineError {
     RequestOver,
     #[error("the model gave no finite logit to choose a token from (every logit NaN or -inf)")]
     NoFiniteLogits,
+    #[error("{0}")]
+    Unsupported(&'static str),
+    #[error("out of memory: {0}")]
+    OutOfMemory(String),
     #[error("internal error: {0}")]
     Internal(&'static str),
 }
@@ -61,7 +72,8 @@ pub enum EngineError {
 /// Engine settings chosen by the embedding application.
 #[derive(Debug, Clone)]
 pub struct EngineOptions {
-    /// Bytes of GPU memory for the KV pool, clamped to the adapter's limits.
+    /// Bytes of the backend's memory for the KV pool (GPU memory clamped to the adapter's
+    /// limits, or host memory).
     pub kv_budget_bytes: u64,
     pub page_size: usize,
     /// Most tokens one forward pass processes; longer prompts are prefilled in batches.
@@ -72,7 +84,7 @@ pub struct EngineOptions {
     pub spill: Option<SpillFormat>,
     /// Bytes the spill store may hold; its least recently used records go first.
     pub spill_budget_bytes: u64,
-    /// Kernel shapes; `None` chooses them for the adapter.
+    /// GPU kernel shapes; `None` chooses them for the adapter.
     pub kernels: Option<crate::gpu::ops::KernelShapes>,
 }
 
@@ -139,8 +151,6 @@ pub struct Generation {
 pub struct Engine {
     /// The model's `general.name`.
     pub model_name: String,
-    /// Shared so a native executor can poll the device while a request borrows the engine.
-    pub gpu: Arc<Gpu>,
     pub cfg: Config,
     pub tokenizer: Tokenizer,
     pub chat_template: Option<ChatTemplate>,
@@ -156,46 +166,49 @@ pub struct Engine {
     spill: Option<SpillTier>,
     spill_format: Option<SpillFormat>,
     requests: u64,
-    /// Owned here so the weights live as long as the bind groups that read them.
-    _weights: ModelWeights,
-    /// The KV pages the forward pass's bind groups read and write.
-    pool: KvPool,
-    forward: Forward,
+    backend: Backend,
+}
+
+/// The longest sequence an engine serves: the caller's cap, the model's training context and
+/// the KV pool's capacity, whichever is least.
+pub fn context_limit(opts: &EngineOptions, cfg: &Config, capacity_tokens: usize) -> usize {
+    opts.max_context.unwrap_or(cfg.n_ctx_train).min(cfg.n_ctx_train).min(capacity_tokens)
+}
+
+/// Drives an engine's futures to completion on this thread (CLI, tests): natively the GPU,
+/// where there is one, is polled between polls; the CPU backend's futures are ready at once.
+#[cfg(not(target_arch = "wasm32"))]
+#[derive(Clone, Default)]
+pub struct Poller(Option<Arc<Gpu>>);
+
+#[cfg(not(target_arch = "wasm32"))]
+impl Poller {
+    pub fn for_target(target: &Target) -> Self {
+        match target {
+            Target::Gpu(gpu) => Self(Some(gpu.clone())),
+            Target::Cpu(_) => Self(None),
+        }
+    }
+
+    pub fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
+        crate::gpu::executor::block_on_device(self.0.as_deref(), f)
+    }
 }
 
 impl Engine {
     /// Loads a GGUF model held in memory: the same path as a stream, in one chunk.
-    pub async fn load(gpu: Arc<Gpu>, gguf: &[u8], opts: &EngineOptions) -> Result<Self, EngineError> {
-        let mut loader = ModelLoader::new(gpu, opts.clone(), Some(gguf.len() as u64));
+    pub async fn load(target: Target, gguf: &[u8], opts: &EngineOptions) -> Result<Self, EngineError> {
+        let mut loader = ModelLoader::new(target, opts.clone(), Some(gguf.len() as u64));
         loader.push(gguf)?;
         loader.finish().await
     }
 
-    /// The engine over uploaded weights: sizes the KV pool and builds the forward pass.
-    #[allow(clippy::too_many_arguments)]
-    async fn assemble(
-        model_name: String,
-        gpu: Arc<Gpu>,
-        cfg: Config,
-        tokenizer: Tokenizer,
-        chat_template: Option<ChatTemplate>,
-        fingerprint: u128,
-        weights: ModelWeights,
-        opts: &EngineOptions,
-    ) -> Result<Self, EngineError> {
-        let alloc = gpu.alloc_scope("the KV cache and activations");
-        let pool = KvPool::new(&gpu, &cfg, opts.page_size, opts.kv_budget_bytes);
-        let cache = PrefixCache::new(pool.n_pages as u32, opts.page_size, fingerprint);
-        let max_context = opts.max_context.unwrap_or(cfg.n_ctx_train).min(cfg.n_ctx_train).min(cache.capacity_tokens());
-        let max_pages = max_context.div_ceil(opts.page_size);
-        let shapes = opts.kernels.unwrap_or_else(|| crate::gpu::ops::KernelShapes::for_adapter(&gpu));
-        let forward = Forward::new(&gpu, &cfg, &weights, &pool, shapes, opts.max_batch, max_pages, tokenizer.stop_ids());
-        alloc.finish().await?;
-        let forward = forward?;
-        gpu.check()?;
-        Ok(Self {
+    /// The engine over a backend holding the model.
+    fn assemble(model_name: String, cfg: Config, tokenizer: Tokenizer, chat_template: Option<ChatTemplate>, fingerprint: u128, backend: Backend, n_pages: usize, opts: &EngineOptions) -> Self {
+        let cache = PrefixCache::new(n_pages as u32, opts.page_size, fingerprint);
+        let max_context = context_limit(opts, &cfg, cache.capacity_tokens());
+        Self {
             model_name,
-            gpu,
             cfg,
             tokenizer,
             chat_template,
@@ -207,22 +220,40 @@ impl Engine {
             spill: None,
             spill_format: opts.spill,
             requests: 0,
-            _weights: weights,
-            pool,
-            forward,
-        })
+            backend,
+        }
+    }
+
+    /// Which backend computes, on what, with how many threads.
+    pub fn backend_info(&self) -> BackendInfo {
+        self.backend.info()
+    }
+
+    /// The GPU, when the engine runs on one.
+    pub fn gpu(&self) -> Option<&Arc<Gpu>> {
+        self.backend.gpu()
+    }
+
+    /// What drives this engine's futures natively.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn poller(&self) -> Poller {
+        Poller(self.backend.gpu().cloned())
+    }
+
+    /// Bytes the GPU has read back so far (0 on the CPU).
+    pub fn bytes_read_back(&self) -> u64 {
+        self.gpu().map_or(0, |g| g.bytes_read_back())
     }
 
     /// Profiles every forward pass from now on (each op in its own timestamped pass), or stops
-    /// and returns what was measured. Starting fails when the device has no timestamp queries.
+    /// and returns what was measured. Starting fails on the CPU and on GPUs without timestamp
+    /// queries.
     pub fn profile(&mut self, on: bool) -> Result<Vec<crate::gpu::profile::PassProfile>, EngineError> {
-        let done = self.forward.profiler.take().map(|p| p.passes).unwrap_or_default();
-        if on {
-            let profiler = crate::gpu::profile::Profiler::new(&self.gpu, self.forward.max_ops())
-                .ok_or(EngineError::Gpu(GpuError::NoTimestamps(self.gpu.info.name.clone())))?;
-            self.forward.profiler = Some(profiler);
+        match &mut self.backend {
+            Backend::Gpu(b) => b.profile(on),
+            Backend::Cpu(_) if on => Err(EngineError::Unsupported("profiling per kernel needs a GPU with timestamp queries")),
+            Backend::Cpu(_) => Ok(Vec::new()),
         }
-        Ok(done)
     }
 
     pub fn kv_capacity_tokens(&self) -> usize {
@@ -238,8 +269,8 @@ impl Engine {
         (self.requests, self.tokens_reused)
     }
 
-    /// Drops every cached prefix from the GPU that no live sequence holds (pinned ones too).
-    /// The spill store keeps what it has: see [`clear_spill`](Self::clear_spill).
+    /// Drops every cached prefix that no live sequence holds (pinned ones too). The spill
+    /// store keeps what it has: see [`clear_spill`](Self::clear_spill).
     pub fn clear_cache(&mut self) {
         self.cache.clear();
     }
@@ -249,7 +280,7 @@ impl Engine {
     /// model can be restored at once.
     pub async fn attach_spill_store(&mut self, store: Box<dyn SpillStore>) -> bool {
         let Some(format) = self.spill_format else { return false };
-        self.spill = SpillTier::new(&self.gpu, &self.cfg, &self.pool, self.fingerprint, format, store).await;
+        self.spill = SpillTier::new(&mut self.backend, &self.cfg, self.cache.page_size(), self.fingerprint, format, store).await;
         self.spill.is_some()
     }
 
@@ -273,7 +304,7 @@ impl Engine {
     /// calls it between other work, so a request waits for one small batch at most.
     pub async fn write_behind_some(&mut self, max_pages: usize) -> bool {
         match &mut self.spill {
-            Some(spill) => spill.write_behind(&self.gpu, &self.cache, max_pages).await,
+            Some(spill) => spill.write_behind(&mut self.backend, &self.cache, max_pages).await,
             None => false,
         }
     }
@@ -281,22 +312,14 @@ impl Engine {
     /// Drops this model's records from the spill store.
     pub async fn clear_spill(&mut self) {
         if let Some(spill) = &mut self.spill {
-            spill.clear().await;
+            spill.clear(&mut self.backend).await;
         }
     }
 
-    /// The K and V values of pool page `page`, per layer K then V (the spill record's slices),
-    /// for tests and tools that inspect real KV.
+    /// The K and V values of page `page`, per layer K then V (the spill record's slices), for
+    /// tests and tools that inspect real KV.
     pub async fn kv_page_values(&self, page: u32) -> Result<Vec<Vec<f32>>, EngineError> {
-        let words = (self.pool.page_size * self.cfg.kv_dim() / 2) as u64;
-        let mut slices = Vec::with_capacity(2 * self.cfg.n_layers);
-        for (k, v) in self.pool.k.iter().zip(&self.pool.v) {
-            for buf in [k, v] {
-                let pairs = crate::gpu::readback::read_u32(&self.gpu, buf, page as u64 * words, words).await?;
-                slices.push(pairs.iter().flat_map(|w| [*w as u16, (*w >> 16) as u16]).map(|h| half::f16::from_bits(h).to_f32()).collect());
-            }
-        }
-        Ok(slices)
+        self.backend.page_values(&self.cfg, page).await
     }
 
     pub fn spill_stats(&self) -> Option<SpillStats> {
@@ -308,7 +331,7 @@ impl Engine {
     fn reserve(&mut self, seq: &mut Sequence, len: usize) -> Result<(), CacheError> {
         let evicted = self.cache.reserve(seq, len)?;
         if let (Some(spill), false) = (&mut self.spill, evicted.is_empty()) {
-            spill.capture(&self.gpu, evicted);
+            spill.capture(&mut self.backend, evicted);
         }
         Ok(())
     }
@@ -329,20 +352,20 @@ impl Engine {
     }
 
     /// Tokens of a rendered chat conversation, ending with the assistant's turn opening.
-    pub fn chat_tokens(&self, messages: &[crate::tokenizer::Message]) -> Result<Vec<u32>, EngineError> {
+    pub fn chat_tokens(&self, messages: &[Message]) -> Result<Vec<u32>, EngineError> {
         Ok(self.tokenizer.encode(&self.render_chat(messages, true)?, true)?)
     }
 
     /// Tokens of a conversation prefix to pin (the assistant's turn not opened), remembered so
     /// that later conversations starting with it start with exactly these ids.
-    pub fn chat_prefix_tokens(&mut self, messages: &[crate::tokenizer::Message]) -> Result<Vec<u32>, EngineError> {
+    pub fn chat_prefix_tokens(&mut self, messages: &[Message]) -> Result<Vec<u32>, EngineError> {
         let text = self.render_chat(messages, false)?;
         let ids = self.histories.encode(&self.tokenizer, &text)?;
         self.histories.record(text, ids.clone());
         Ok(ids)
     }
 
-    pub fn render_chat(&self, messages: &[crate::tokenizer::Message], open: bool) -> Result<String, EngineError> {
+    pub fn render_chat(&self, messages: &[Message], open: bool) -> Result<String, EngineError> {
         let template = self.chat_template.as_ref().ok_or(EngineError::NoChatTemplate)?;
         Ok(template.render(messages, open)?)
     }
@@ -352,33 +375,22 @@ impl Engine {
         self.cache.release(seq);
     }
 
-    /// Computes the KV of `tokens[seq.len()..]` and returns the last token's logits.
-    async fn prefill(&mut self, seq: &mut Sequence, tokens: &[u32]) -> Result<Vec<f32>, EngineError> {
-        let start = seq.len();
-        self.reserve(seq, tokens.len())?;
-        let mut logits = None;
-        let mut pos = start;
-        while pos < tokens.len() {
-            let end = (pos + self.forward.max_batch).min(tokens.len());
-            if end == tokens.len() {
-                logits = Some(self.forward.run_logits(&self.gpu, &tokens[pos..end], pos, seq.pages()).await?);
-            } else {
-                self.forward.run(&self.gpu, &tokens[pos..end], pos, seq.pages()).await?;
-            }
-            pos = end;
-        }
-        seq.extend(&tokens[start..]);
-        logits.ok_or(EngineError::Internal("prefill ran no batch"))
-    }
-
-    /// Runs a forward pass over the whole of `tokens` after what `seq` already holds and returns
-    /// the logits of the last token. The oracle tests compare these against the CPU reference.
+    /// Runs a forward pass over the whole of `tokens` after what `seq` already holds (or the
+    /// cache and the spill store have) and returns the logits of the last token: a request
+    /// that stops after its prefill. The oracle tests compare these against the CPU reference.
     pub async fn logits(&mut self, seq: &mut Sequence, tokens: &[u32]) -> Result<Vec<f32>, EngineError> {
-        self.check_prompt(tokens)?;
-        self.cache.adopt(seq, tokens);
-        let logits = self.prefill(seq, tokens).await;
-        self.cache.commit(seq);
-        logits
+        let mut req = self.start(seq, tokens, &SamplingParams::greedy(0))?;
+        req.wants_logits = true;
+        let result = loop {
+            match self.step(&mut req).await {
+                Ok(Step::Prefill { done, total }) if done < total => {}
+                Ok(_) => break req.take_logits().ok_or(EngineError::Internal("a prefill without logits")),
+                Err(e) => break Err(e),
+            }
+        };
+        self.abort(&mut req);
+        *seq = req.into_sequence();
+        result
     }
 
     fn check_prompt(&self, tokens: &[u32]) -> Result<(), EngineError> {
@@ -389,5 +401,219 @@ impl Engine {
             return Err(EngineError::PromptTooLong { prompt_tokens: tokens.len(), limit: self.max_context });
         }
         Ok(())
+    }
+
+    /// Starts a request for `prompt` (the whole token history of the conversation), reusing
+    /// what `seq` holds and the longest cached prefix. On error nothing changed and `seq` is
+    /// still the caller's; on success the request owns it.
+    pub fn start(&mut self, seq: &mut Sequence, prompt: &[u32], params: &SamplingParams) -> Result<Request, EngineError> {
+        self.backend.check()?;
+        self.check_prompt(prompt)?;
+        let started = Instant::now();
+        let reused = self.cache.adopt(seq, prompt);
+        if let Err(e) = self.reserve(seq, prompt.len()) {
+            self.cache.commit(seq);
+            return Err(e.into());
+        }
+        self.requests += 1;
+        self.tokens_reused += reused as u64;
+        Ok(Request::new(std::mem::take(seq), prompt, params, reused, started))
+    }
+
+    /// Starts a chat request for the whole conversation `messages` (stateless, like OpenAI's
+    /// API): earlier turns this engine answered start with the ids it generated for them. What
+    /// `seq` holds of it is reused too (a session's own last partial page); on error `seq` is
+    /// still the caller's.
+    pub fn start_chat(&mut self, seq: &mut Sequence, messages: &[Message], params: &SamplingParams) -> Result<Request, EngineError> {
+        let text = self.render_chat(messages, true)?;
+        let prompt = self.histories.encode(&self.tokenizer, &text)?;
+        let mut req = self.start(seq, &prompt, params)?;
+        req.chat = Some((messages.to_vec(), text));
+        Ok(req)
+    }
+
+    /// Remembers a finished chat's ids: its prompt, the reply as generated and the template's
+    /// end of turn. A reply cut by a stop string inside a token is not remembered (its text
+    /// no longer matches its ids).
+    fn remember_reply(&mut self, req: &Request, generation: &Generation) -> Result<(), EngineError> {
+        let Some((messages, prompt_text)) = &req.chat else { return Ok(()) };
+        if generation.hit_stop_string {
+            return Ok(());
+        }
+        let mut messages = messages.clone();
+        messages.push(Message::new("assistant", generation.text.clone()));
+        let rendered = self.render_chat(&messages, false)?;
+        let Some(closing) = rendered.strip_prefix(prompt_text.as_str()).and_then(|s| s.strip_prefix(generation.text.as_str())) else {
+            return Ok(());
+        };
+        let mut ids = req.prompt.clone();
+        ids.extend_from_slice(&generation.tokens);
+        ids.extend(self.tokenizer.encode(closing, false)?);
+        self.histories.record(rendered, ids);
+        Ok(())
+    }
+
+    /// Runs the request's next step. After `Done` or an error the request is over: its full
+    /// pages are committed to the cache and further steps fail.
+    pub async fn step(&mut self, req: &mut Request) -> Result<Step, EngineError> {
+        if req.over {
+            return Err(EngineError::RequestOver);
+        }
+        let step = self.step_inner(req).await;
+        if matches!(step, Err(_) | Ok(Step::Done { .. })) {
+            req.over = true;
+            // The prompt's and the reply's full pages become reusable by later requests.
+            self.cache.commit(&mut req.seq);
+        }
+        if let Ok(Step::Done { generation, .. }) = &step {
+            self.remember_reply(req, generation)?;
+        }
+        step
+    }
+
+    /// Ends the request now, keeping what it computed in the cache.
+    pub fn abort(&mut self, req: &mut Request) -> Generation {
+        if !req.over {
+            req.over = true;
+            self.cache.commit(&mut req.seq);
+        }
+        req.finish.get_or_insert(FinishReason::Aborted);
+        req.generation()
+    }
+
+    async fn step_inner(&mut self, req: &mut Request) -> Result<Step, EngineError> {
+        // Restore: the pages after the cache's match, from the spill store, as the first step.
+        if !req.restore_checked {
+            req.restore_checked = true;
+            if let Some(spill) = &mut self.spill {
+                req.restored = spill.restore(&mut self.backend, self.cache.root_hash(), &mut req.seq, &req.prompt).await;
+                if req.restored > 0 {
+                    self.backend.check()?;
+                    return Ok(Step::Prefill { done: req.seq.len(), total: req.prompt.len() });
+                }
+            }
+        }
+        // Prefill: one batch of the prompt per step.
+        let pos = req.seq.len();
+        if pos < req.prompt.len() {
+            let end = (pos + self.backend.max_batch()).min(req.prompt.len());
+            let last = end == req.prompt.len();
+            let head = if last { self.head_for(req) } else { Head::None };
+            let out = self.backend.forward(&req.prompt[pos..end], pos, req.seq.pages(), head, self.tokenizer.stop_ids()).await?;
+            if last {
+                req.next = Some(out);
+                req.prefill_s = req.started.elapsed().as_secs_f64();
+            }
+            req.seq.extend(&req.prompt[pos..end]);
+            return Ok(Step::Prefill { done: end, total: req.prompt.len() });
+        }
+        if req.finish.is_some() {
+            let tail = req.flush_text();
+            return Ok(Step::Done { generation: req.generation(), tail });
+        }
+        // Decode: compute the KV of the token sampled last step, then sample the next.
+        if let Some(token) = req.unfed.take() {
+            let head = self.head_for(req);
+            let out = self.backend.forward(&[token], req.seq.len(), req.seq.pages(), head, self.tokenizer.stop_ids()).await?;
+            req.seq.extend(&[token]);
+            req.next = Some(out);
+        }
+        let (token, top2_gap) = match req.next.take().ok_or(EngineError::Internal("no logits to sample from"))? {
+            HeadOut::None => return Err(EngineError::Internal("no logits to sample from")),
+            HeadOut::Picked(top2) => (top2.index.ok_or(EngineError::NoFiniteLogits)?, top2.gap()),
+            HeadOut::Candidates(cand) => {
+                let token = req.sampler.sample_sorted(&cand).ok_or(EngineError::NoFiniteLogits)?;
+                let gap = match cand.as_slice() {
+                    [a, b, ..] => a.1 - b.1,
+                    _ => f32::INFINITY,
+                };
+                (token, gap)
+            }
+            HeadOut::Logits(mut logits) => {
+                if req.params.ignore_eos {
+                    // As llama.cpp's ignore_eos: the end-of-sequence tokens are never chosen.
+                    for &id in self.tokenizer.stop_ids() {
+                        if let Some(l) = logits.get_mut(id as usize) {
+                            *l = f32::NEG_INFINITY;
+                        }
+                    }
+                }
+                (req.sampler.sample(&logits), request::top2_gap(&logits))
+            }
+        };
+        req.ttft_s.get_or_insert_with(|| req.started.elapsed().as_secs_f64());
+        req.first_token.get_or_insert_with(Instant::now);
+        if !req.params.ignore_eos && self.tokenizer.stop_ids().contains(&token) {
+            req.finish = Some(FinishReason::Stop);
+            let tail = req.flush_text();
+            return Ok(Step::Done { generation: req.generation(), tail });
+        }
+        req.out.push(token);
+        req.gaps.push(top2_gap);
+        let piece = req.decoder.push(&self.tokenizer, token)?;
+        let (text, stopped) = req.stops.push(&piece);
+        let next_len = req.seq.len() + 1;
+        req.finish = if stopped {
+            Some(FinishReason::Stop)
+        } else if req.out.len() >= req.params.max_tokens {
+            Some(FinishReason::Length)
+        } else if next_len > self.max_context || self.reserve(&mut req.seq, next_len).is_err() {
+            Some(FinishReason::ContextFull)
+        } else {
+            req.unfed = Some(token);
+            None
+        };
+        Ok(Step::Token { token, text })
+    }
+
+    /// How the pass over the last known token ends: for greedy decoding the backend's pick, for
+    /// top-k sampling where the backend serves it the largest logits, otherwise the logits.
+    fn head_for(&self, req: &Request) -> Head {
+        let ban_stops = req.params.ignore_eos;
+        if req.wants_logits {
+            Head::Logits
+        } else if req.params.is_greedy() {
+            Head::Greedy { ban_stops }
+        } else if self.backend.has_top_k() && req.params.needs_at_most(crate::gpu::ops::MAX_TOP_K) {
+            Head::TopK { ban_stops }
+        } else {
+            Head::Logits
+        }
+    }
+
+    /// Generates a reply to `prompt` (the whole token history of the conversation). What `seq`
+    /// already holds of it is reused; the rest is prefilled. `on_text` receives each piece of
+    /// text as it is decoded and returns false to stop.
+    pub async fn generate(
+        &mut self,
+        seq: &mut Sequence,
+        prompt: &[u32],
+        params: &SamplingParams,
+        on_text: impl FnMut(&str) -> bool,
+    ) -> Result<Generation, EngineError> {
+        let mut req = self.start(seq, prompt, params)?;
+        let result = self.run_to_end(&mut req, on_text).await;
+        *seq = req.into_sequence();
+        result
+    }
+
+    /// Steps `req` until it ends, handing each piece of text to `on_text` (false aborts).
+    pub async fn run_to_end(&mut self, req: &mut Request, mut on_text: impl FnMut(&str) -> bool) -> Result<Generation, EngineError> {
+        loop {
+            match self.step(req).await? {
+                Step::Prefill { .. } => {}
+                Step::Token { text, .. } => {
+                    if !text.is_empty() && !on_text(&text) {
+                        return Ok(self.abort(req));
+                    }
+                }
+                Step::Done { generation, tail } => {
+                    if !tail.is_empty() {
+                        on_text(&tail);
+                    }
+                    return Ok(generation);
+                }
+            }
+        }
     }
 }

@@ -42,6 +42,21 @@ impl SamplingParams {
     }
 }
 
+/// A greedy pick: the largest logit's id (none when no logit is finite) and its lead.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Top2 {
+    pub index: Option<u32>,
+    pub best: f32,
+    pub second: f32,
+}
+
+impl Top2 {
+    /// The best logit's lead over the runner-up (infinite when there is no runner-up).
+    pub fn gap(&self) -> f32 {
+        self.best - self.second
+    }
+}
+
 /// A sampler holds the random state of one generation, so a seed reproduces a whole reply.
 pub struct Sampler {
     params: SamplingParams,

@@ -7,15 +7,25 @@ use std::task::{Context, Poll, Waker};
 
 /// Runs `f` to completion on this thread.
 pub fn block_on<F: Future>(gpu: &Gpu, f: F) -> F::Output {
+    block_on_device(Some(gpu), f)
+}
+
+/// Runs `f` to completion on this thread, polling `gpu` (where there is one) between polls.
+pub fn block_on_device<F: Future>(gpu: Option<&Gpu>, f: F) -> F::Output {
     let mut f = std::pin::pin!(f);
     let mut cx = Context::from_waker(Waker::noop());
     loop {
         if let Poll::Ready(out) = f.as_mut().poll(&mut cx) {
             return out;
         }
-        // An error here means the device was lost; the pending future then resolves with its
-        // own error (the map callback reports it), so keep polling.
-        let _ = gpu.device.poll(wgpu::PollType::Wait { submission_index: None, timeout: None });
+        match gpu {
+            // An error here means the device was lost; the pending future then resolves with
+            // its own error (the map callback reports it), so keep polling.
+            Some(gpu) => {
+                let _ = gpu.device.poll(wgpu::PollType::Wait { submission_index: None, timeout: None });
+            }
+            None => std::thread::yield_now(),
+        }
     }
 }
 

@@ -1,6 +1,7 @@
-//! The GPU side: one device (`context`), a get-or-create pipeline cache keyed by a typed
-//! `PipelineKey` (`pipelines`), weights uploaded in their GGUF block formats (`weights`),
-//! readback of results (`readback`) and one typed dispatcher per WGSL kernel file (`ops`).
+//! The WebGPU backend (`backend`): one device (`context`), a get-or-create pipeline cache keyed
+//! by a typed `PipelineKey` (`pipelines`), weights uploaded in their GGUF block formats
+//! (`weights`, `model_weights`), the KV pool (`kv_pool`), readback of results (`readback`), one
+//! typed dispatcher per WGSL kernel file (`ops`) and the forward pass over them (`forward`).
 //!
 //! Per layer the engine encodes, with no copies between ops (every op reads and writes buffers
 //! allocated once at the maximum batch size and bound once; the rows processed come from the
@@ -23,7 +24,11 @@
 //! the output. `profile::Recorder` encodes the ops, into one pass or (profiling) one
 //! timestamped pass each.
 
+pub mod backend;
 pub mod context;
+pub mod forward;
+pub mod kv_pool;
+pub mod model_weights;
 pub mod pipelines;
 pub mod profile;
 pub mod readback;

@@ -1,5 +1,5 @@
 //! The wasm-bindgen surface the package's worker drives: a loader that streams a GGUF file onto
-//! the GPU, and an engine run one step at a time. Requests and events cross as JSON (typed on
+//! a backend (WebGPU, or the CPU in wasm memory), and an engine run one step at a time. Requests and events cross as JSON (typed on
 //! the TypeScript side, `pkg/src/wasm/radixlm.d.ts`); every failure is a JS `Error` whose `name`
 //! is a stable code the package maps to its error classes. Nothing here panics on input: a
 //! panic would kill the module, and the panic hook reports the bugs that remain.
@@ -14,7 +14,8 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 
 use crate::engine::sampling::SamplingParams;
-use crate::engine::{Engine, EngineError, EngineOptions, FinishReason, Generation, ModelLoader, Request, Step};
+use crate::cpu::{CpuError, CpuOptions};
+use crate::engine::{Engine, EngineError, EngineOptions, FinishReason, Generation, ModelLoader, Request, Step, Target};
 use crate::gpu::context::{Gpu, GpuError, LimitsPolicy};
 use crate::kv::spill::idb_store::IdbStore;
 use crate::kv::spill::SpillFormat;
@@ -49,8 +50,14 @@ fn js_error(e: &EngineError, phase: Phase) -> JsValue {
             GpuError::DeviceLost(_) => "DeviceLostError",
             GpuError::Readback(_) | GpuError::ReadbackRange { .. } | GpuError::Uncaptured(_) | GpuError::NoTimestamps(_) => "GpuError",
         },
+        EngineError::Cpu(c) => match c {
+            CpuError::OutOfMemory(_) => "OutOfMemoryError",
+            CpuError::TokenId { .. } => "InvalidRequestError",
+            CpuError::Threads(_) | CpuError::Batch => "InternalError",
+        },
+        EngineError::OutOfMemory(_) => "OutOfMemoryError",
         EngineError::PromptTooLong { .. } | EngineError::Cache(_) => "PromptTooLongError",
-        EngineError::EmptyPrompt | EngineError::NoChatTemplate => "InvalidRequestError",
+        EngineError::EmptyPrompt | EngineError::NoChatTemplate | EngineError::Unsupported(_) => "InvalidRequestError",
         EngineError::LoaderFailed | EngineError::RequestOver | EngineError::Internal(_) => "InternalError",
     };
     if name == "GpuError" {
@@ -84,6 +91,9 @@ struct LoadOptions {
     /// "q8" (the default), "q4" or "off".
     spill: Option<String>,
     spill_budget_bytes: Option<f64>,
+    /// "webgpu" (the default) or "cpu"; the package's worker resolves "auto" first, since only
+    /// it sees whether the adapter is a software one.
+    backend: Option<String>,
 }
 
 impl LoadOptions {
@@ -118,7 +128,7 @@ impl LoadOptions {
     }
 }
 
-/// Streams a GGUF file onto the GPU: `create`, `push` each chunk in order, `finish`.
+/// Streams a GGUF file onto the backend: `create`, `push` each chunk in order, `finish`.
 #[wasm_bindgen]
 pub struct WasmLoader {
     inner: Option<ModelLoader>,
@@ -128,19 +138,27 @@ pub struct WasmLoader {
 
 #[wasm_bindgen]
 impl WasmLoader {
-    /// Opens the WebGPU adapter and a device with the adapter's limits.
+    /// Opens the WebGPU adapter and a device with the adapter's limits, or readies the CPU
+    /// backend (one thread: the worker's).
     pub async fn create(total_bytes: Option<f64>, options_json: String) -> Result<WasmLoader, JsValue> {
         let options: LoadOptions = serde_json::from_str(&options_json).map_err(|e| invalid(format!("engine options: {e}")))?;
         let opts = options.engine_options()?;
-        let gpu = Gpu::new(LimitsPolicy::Adapter).await.map_err(|e| match e {
-            // wgpu's text lists the native backends it was built without; a browser user needs
-            // only to know that no adapter came.
-            GpuError::NoAdapter(_) => named_error("NoAdapterError", "the browser offers WebGPU but returned no GPU adapter"),
-            e => js_error(&e.into(), Phase::Load),
-        })?;
+        let target = match options.backend.as_deref() {
+            None | Some("webgpu") => {
+                let gpu = Gpu::new(LimitsPolicy::Adapter).await.map_err(|e| match e {
+                    // wgpu's text lists the native backends it was built without; a browser user
+                    // needs only to know that no adapter came.
+                    GpuError::NoAdapter(_) => named_error("NoAdapterError", "the browser offers WebGPU but returned no GPU adapter"),
+                    e => js_error(&e.into(), Phase::Load),
+                })?;
+                Target::Gpu(Arc::new(gpu))
+            }
+            Some("cpu") => Target::Cpu(CpuOptions { threads: Some(1) }),
+            Some(other) => return Err(invalid(format!("backend must be \"webgpu\" or \"cpu\", got {other:?}"))),
+        };
         let file_len = total_bytes.filter(|n| n.is_finite() && *n >= 0.0).map(|n| n as u64);
         let spill_budget = opts.spill.map(|_| opts.spill_budget_bytes);
-        Ok(WasmLoader { inner: Some(ModelLoader::new(Arc::new(gpu), opts, file_len)), spill_budget })
+        Ok(WasmLoader { inner: Some(ModelLoader::new(target, opts, file_len)), spill_budget })
     }
 
     /// The next bytes of the file.
@@ -275,14 +293,24 @@ impl WasmEngine {
         self.state.try_borrow_mut().map_err(|_| busy())
     }
 
-    fn begin(&self, start: impl FnOnce(&mut Engine) -> Result<Request, EngineError>) -> Result<(), JsValue> {
+    /// Starts a request on a fresh sequence; a request that fails to start releases whatever
+    /// pages it had adopted.
+    fn begin(&self, start: impl FnOnce(&mut Engine, &mut Sequence) -> Result<Request, EngineError>) -> Result<(), JsValue> {
         let mut st = self.borrow()?;
         if st.current.is_some() || st.pending_done.is_some() {
             return Err(named_error("EngineBusyError", "a request is already running; requests must be queued"));
         }
-        let req = start(&mut st.engine).map_err(|e| js_error(&e, Phase::Request))?;
-        st.current = Some(req);
-        Ok(())
+        let mut seq = Sequence::default();
+        match start(&mut st.engine, &mut seq) {
+            Ok(req) => {
+                st.current = Some(req);
+                Ok(())
+            }
+            Err(e) => {
+                st.engine.release(&mut seq);
+                Err(js_error(&e, Phase::Request))
+            }
+        }
     }
 }
 
@@ -318,17 +346,19 @@ impl WasmEngine {
     pub fn info(&self) -> Result<String, JsValue> {
         let st = self.borrow()?;
         let e = &st.engine;
+        let backend = e.backend_info();
         Ok(json!({
             "model_name": e.model_name,
-            "architecture": "llama",
+            "architecture": e.cfg.arch,
             "n_layers": e.cfg.n_layers,
             "n_embd": e.cfg.n_embd,
             "vocab_size": e.cfg.vocab_size,
             "n_ctx": e.cfg.n_ctx_train,
             "max_context": e.max_context,
             "page_size": e.cache_stats().page_size,
-            "adapter": e.gpu.info.name,
-            "backend": format!("{:?}", e.gpu.info.backend).to_lowercase(),
+            "adapter": backend.device,
+            "backend": backend.backend,
+            "threads": backend.threads,
             "fingerprint": format!("{:032x}", e.fingerprint),
         })
         .to_string())
@@ -340,15 +370,15 @@ impl WasmEngine {
             return Err(invalid("messages must hold at least one message"));
         }
         let params = req.sampling.params()?;
-        self.begin(|engine| engine.start_chat(&req.messages, &params))
+        self.begin(|engine, seq| engine.start_chat(seq, &req.messages, &params))
     }
 
     pub fn start_completion(&self, request_json: &str) -> Result<(), JsValue> {
         let req: CompletionJson = parse(request_json, "completion request")?;
         let params = req.sampling.params()?;
-        self.begin(|engine| {
+        self.begin(|engine, seq| {
             let prompt = engine.tokenizer.encode(&req.prompt, true)?;
-            engine.start(&mut Sequence::default(), &prompt, &params)
+            engine.start(seq, &prompt, &params)
         })
     }
 
@@ -463,8 +493,13 @@ impl WasmEngine {
 
     /// Test hook: destroys the device, as iOS does to a backgrounded tab.
     pub fn destroy_device_for_test(&self) -> Result<(), JsValue> {
-        self.borrow()?.engine.gpu.device.destroy();
-        Ok(())
+        match self.borrow()?.engine.gpu() {
+            Some(gpu) => {
+                gpu.device.destroy();
+                Ok(())
+            }
+            None => Err(invalid("the engine runs on the CPU: there is no device to destroy")),
+        }
     }
 
     pub fn is_device_lost(&self) -> bool {
@@ -473,7 +508,7 @@ impl WasmEngine {
 
     /// Why the device was lost, if it was; `undefined` too while a step holds the engine.
     pub fn device_lost_reason(&self) -> Option<String> {
-        self.state.try_borrow().ok().and_then(|st| st.engine.gpu.lost_reason())
+        self.state.try_borrow().ok().and_then(|st| st.engine.gpu().and_then(|gpu| gpu.lost_reason()))
     }
 }
 

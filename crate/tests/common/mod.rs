@@ -1,7 +1,102 @@
-//! Helpers shared by the integration tests: the default model and the llama.cpp goldens.
+//! Helpers shared by the integration tests: the backends a test body runs on, the default model,
+//! the llama.cpp goldens, random inputs of every weight type.
 #![allow(dead_code)]
 
 use std::path::PathBuf;
+use std::sync::Arc;
+
+use radixlm::cpu::CpuOptions;
+use radixlm::engine::{Engine, EngineOptions, Poller, Target};
+use radixlm::gguf::GgmlType;
+use radixlm::gpu::executor::open;
+use radixlm::gpu::LimitsPolicy;
+use radixlm::model::synthetic::SplitMix64;
+
+/// Every weight type the kernels read.
+pub const TYPES: [GgmlType; 11] = [
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::BF16,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+];
+
+/// A row length that reaches the tails: 257 for one-weight types, an odd number of blocks
+/// otherwise (Q6_K's 210-byte blocks then start rows off word boundaries).
+pub fn odd_k(ty: GgmlType) -> usize {
+    match ty.block_len() {
+        1 => 257,
+        32 => 288,
+        bl => 3 * bl,
+    }
+}
+
+/// `n` samples of a unit normal.
+pub fn randn(rng: &mut SplitMix64, n: usize) -> Vec<f32> {
+    (0..n).map(|_| rng.normal()).collect()
+}
+
+/// What a test body runs on: every engine test is written once and run on each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// wgpu on the machine's adapter (Mesa's llvmpipe in CI), with its limits or WebGPU's
+    /// defaults.
+    Gpu(LimitsPolicy),
+    /// The CPU backend on two threads (CI's cores).
+    Cpu,
+}
+
+impl Backend {
+    pub fn target(self) -> Target {
+        match self {
+            Backend::Gpu(policy) => Target::Gpu(Arc::new(open(policy).expect("a Vulkan device (Mesa llvmpipe on CI)"))),
+            Backend::Cpu => Target::Cpu(CpuOptions { threads: Some(2) }),
+        }
+    }
+
+    /// The GPU limited to WebGPU's defaults, as a phone browser offers; the CPU as it is.
+    pub fn with_webgpu_limits(self) -> Self {
+        match self {
+            Backend::Gpu(_) => Backend::Gpu(LimitsPolicy::WebGpuDefault),
+            Backend::Cpu => Backend::Cpu,
+        }
+    }
+
+    /// The engine over `bytes` on this backend.
+    pub fn load(self, bytes: &[u8], opts: &EngineOptions) -> Engine {
+        self.try_load(bytes, opts).expect("model loads")
+    }
+
+    pub fn try_load(self, bytes: &[u8], opts: &EngineOptions) -> Result<Engine, radixlm::engine::EngineError> {
+        let target = self.target();
+        Poller::for_target(&target).block_on(Engine::load(target, bytes, opts))
+    }
+}
+
+/// `on_each_backend!(name, body)`: `name::gpu` and `name::cpu` tests running `body(backend)`.
+#[macro_export]
+macro_rules! on_each_backend {
+    ($name:ident, $body:expr) => {
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+            #[test]
+            fn gpu() {
+                ($body)($crate::common::Backend::Gpu(radixlm::gpu::LimitsPolicy::Adapter))
+            }
+            #[test]
+            fn cpu() {
+                ($body)($crate::common::Backend::Cpu)
+            }
+        }
+    };
+}
 
 pub const DEFAULT_MODEL: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 
@@ -160,10 +255,10 @@ pub fn check_kv_quant(gpu: &radixlm::gpu::Gpu, layout: radixlm::kv::spill::Quant
 /// released afterwards (its pages stay cached).
 pub fn run_greedy(engine: &mut radixlm::engine::Engine, prompt: &[u32], n: usize) -> radixlm::engine::Generation {
     use radixlm::engine::sampling::SamplingParams;
-    let gpu = engine.gpu.clone();
+    let poller = engine.poller();
     let params = SamplingParams { ignore_eos: true, ..SamplingParams::greedy(n) };
     let mut seq = radixlm::engine::Sequence::default();
-    let g = radixlm::gpu::executor::block_on(&gpu, engine.generate(&mut seq, prompt, &params, |_| true)).unwrap();
+    let g = poller.block_on(engine.generate(&mut seq, prompt, &params, |_| true)).unwrap();
     engine.release(&mut seq);
     assert_eq!(g.tokens.len(), n, "ignore_eos runs to max_tokens");
     assert!(g.tokens.iter().all(|t| !engine.tokenizer.stop_ids().contains(t)), "ignore_eos chose an end-of-sequence token: {:?}", g.tokens);

@@ -5,12 +5,12 @@
 /** Instantiates the wasm module; call once before anything else. */
 export default function init(module_or_path?: { module_or_path: RequestInfo | URL }): Promise<unknown>;
 
-/** Streams a GGUF file onto the GPU. Errors are JS `Error`s whose `name` is an error code. */
+/** Streams a GGUF file onto a backend. Errors are JS `Error`s whose `name` is an error code. */
 export class WasmLoader {
   private constructor();
   /**
-   * Opens the WebGPU adapter and device. total_bytes: the file's size if known.
-   * options_json: JSON of { kv_budget_bytes?, max_batch?, max_context?, spill? ("q8" | "q4" | "off"), spill_budget_bytes? }.
+   * Opens the WebGPU adapter and device, or readies the CPU backend. total_bytes: the file's size if known.
+   * options_json: JSON of { backend? ("webgpu" | "cpu"), kv_budget_bytes?, max_batch?, max_context?, spill? ("q8" | "q4" | "off"), spill_budget_bytes? }.
    */
   static create(total_bytes: number | undefined, options_json: string): Promise<WasmLoader>;
   /** Feeds the next bytes of the file, in order. Synchronous (queue writes only). */
@@ -22,10 +22,10 @@ export class WasmLoader {
   free(): void;
 }
 
-/** A model on the GPU. Only one request runs at a time; no call may overlap a pending step() or pin(). */
+/** A loaded model. Only one request runs at a time; no call may overlap a pending step() or pin(). */
 export class WasmEngine {
   private constructor();
-  /** JSON: { model_name, architecture, n_layers, n_embd, vocab_size, n_ctx, max_context, page_size, adapter, backend, fingerprint }. */
+  /** JSON: { model_name, architecture, n_layers, n_embd, vocab_size, n_ctx, max_context, page_size, adapter, backend ("webgpu" | "cpu"), threads, fingerprint }. */
   info(): string;
   /** Starts a chat request: JSON { messages, max_tokens?, temperature?, top_p?, top_k?, seed?, stop? }. */
   start_chat(request_json: string): void;

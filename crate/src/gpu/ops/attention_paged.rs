@@ -17,6 +17,22 @@ pub const KERNEL: Kernel = Kernel {
 pub const MAX_HEAD_DIM: usize = 256;
 /// Most query heads per KV head (attention_paged.wgsl MAX_G).
 pub const MAX_GROUP: usize = 8;
+/// Refuses, by name, the heads the kernel cannot serve (at load, not at its first dispatch).
+pub fn check_shape(cfg: &crate::model::Config) -> Result<(), crate::model::ModelError> {
+    let bad = |m: String| Err(crate::model::ModelError::BadConfig(m));
+    if cfg.head_dim > MAX_HEAD_DIM {
+        return bad(format!("head dimension {} is over the WebGPU attention kernel's {MAX_HEAD_DIM}", cfg.head_dim));
+    }
+    let group = cfg.n_heads / cfg.n_kv_heads;
+    if group > MAX_GROUP {
+        return bad(format!(
+            "{group} query heads per KV head ({} heads over {} KV heads): the WebGPU attention kernel serves at most {MAX_GROUP}",
+            cfg.n_heads, cfg.n_kv_heads
+        ));
+    }
+    Ok(())
+}
+
 /// Workgroup words for a tile of keys or values (attention_paged.wgsl TILE_WORDS), and the most
 /// keys in a tile (MAX_TK).
 const TILE_WORDS: u32 = 1040;
@@ -253,5 +269,25 @@ impl AttentionPaged {
         dispatch_linear(pass, lanes(row_blocks * 4));
         pass.set_pipeline(&rows.pv);
         dispatch_linear(pass, lanes(row_blocks * self.head_dim / 8));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::gguf::GgufFile;
+    use crate::model::synthetic::SyntheticSpec;
+    use crate::model::Config;
+
+    fn config_of(spec: &SyntheticSpec) -> Config {
+        Config::from_gguf(&GgufFile::parse(&spec.to_gguf()).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn a_group_of_more_than_eight_query_heads_per_kv_head_is_refused_by_the_gpu_kernel() {
+        let ok = SyntheticSpec { n_heads: 16, n_kv_heads: 2, n_embd: 256, ..SyntheticSpec::tiny() };
+        assert!(super::check_shape(&config_of(&ok)).is_ok());
+        let wide = SyntheticSpec { n_heads: 18, n_kv_heads: 2, n_embd: 288, ..SyntheticSpec::tiny() };
+        let err = super::check_shape(&config_of(&wide)).unwrap_err().to_string();
+        assert!(err.contains("9 query heads per KV head") && err.contains("at most 8"), "{err}");
     }
 }

@@ -19,27 +19,15 @@ pub struct PickParams {
     pub _pad: [u32; 3],
 }
 
-/// What the kernel found, decoded from its output words.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Top2 {
-    /// The largest logit's index, the lowest on ties; `None` when no logit beat -inf (all
-    /// banned, -inf or NaN).
-    pub index: Option<u32>,
-    pub best: f32,
-    pub second: f32,
-}
+pub use crate::engine::sampling::Top2;
 
 impl Top2 {
+    /// The pick as top2.wgsl writes it: index (u32::MAX for none), best, second.
     pub fn from_words(words: [u32; 4]) -> Self {
         let index = (words[0] != u32::MAX).then_some(words[0]);
         // top2.wgsl starts from the lowest finite f32 in place of -inf.
         let value = |bits: u32| if bits == f32::MIN.to_bits() { f32::NEG_INFINITY } else { f32::from_bits(bits) };
         Self { index, best: value(words[1]), second: value(words[2]) }
-    }
-
-    /// The best logit's lead over the runner-up (infinite when there is no runner-up).
-    pub fn gap(&self) -> f32 {
-        self.best - self.second
     }
 }
 

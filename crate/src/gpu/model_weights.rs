@@ -1,11 +1,11 @@
 //! The model's weights on the GPU, uploaded in their GGUF block formats.
 
 use crate::gguf::{GgufHeader, TensorInfo};
-use crate::gpu::context::Gpu;
-use crate::gpu::weights::GpuWeight;
+use super::context::Gpu;
+use super::weights::GpuWeight;
 use crate::model::{Config, ModelError};
 
-use super::EngineError;
+use crate::engine::EngineError;
 
 pub struct LayerWeights {
     pub attn_norm: wgpu::Buffer, // (C) f32
@@ -55,8 +55,9 @@ pub struct UploadTarget {
 pub enum Destination {
     /// To `buffer` from byte `dst_offset` (a multiple of 4).
     Gpu { buffer: wgpu::Buffer, dst_offset: u64 },
-    /// Kept in memory for the CPU (a few small tensors).
-    Host,
+    /// Kept in host memory under the tensor's name (the CPU backend's weights; on a GPU, the
+    /// few small tensors read on the host).
+    Host(String),
 }
 
 /// Uploads the tensors `infos` into `buffer` one after another, from its start.
@@ -148,7 +149,7 @@ impl ModelWeights {
         let mut targets = targets.into_inner();
         if cfg.rope_factors {
             let t = info(crate::model::rope::FACTORS_TENSOR)?;
-            targets.push(UploadTarget { offset: t.offset, len: t.n_bytes, dest: Destination::Host });
+            targets.push(UploadTarget { offset: t.offset, len: t.n_bytes, dest: Destination::Host(t.name.clone()) });
         }
         targets.sort_by_key(|t| t.offset);
         Ok((weights, targets))

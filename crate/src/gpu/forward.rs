@@ -14,11 +14,11 @@ use crate::gpu::ops::{
 use crate::gpu::profile::{OpRole, Profiler, Recorder};
 use crate::gpu::readback::map_read;
 use crate::gpu::{GpuWeight, StepParams};
-use crate::kv::pool::KvPool;
+use super::kv_pool::KvPool;
 use crate::model::{Config, ModelError};
 
-use super::weights::{AttnIn, FfnIn, ModelWeights};
-use super::EngineError;
+use super::model_weights::{AttnIn, FfnIn, ModelWeights};
+use crate::engine::EngineError;
 
 /// One layer's ops, each with its bindings (pipelines are shared through the device's
 /// pipeline cache). The RMSNorms are the prologues of the q/k/v and gate/up products; RoPE and

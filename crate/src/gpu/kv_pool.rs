@@ -3,16 +3,8 @@
 //! so sequences that share a prefix can share pages with zero copies.
 
 use crate::gpu::context::Gpu;
+use crate::kv::page_bytes;
 use crate::model::Config;
-
-/// Tokens per page. 16 keeps the unshared tail of a prompt (recomputed on a cache hit) short
-/// while page tables stay small.
-pub const DEFAULT_PAGE_SIZE: usize = 16;
-
-/// Bytes one page takes across all layers, K and V, stored as f16.
-pub fn page_bytes(cfg: &Config, page_size: usize) -> u64 {
-    (cfg.n_layers * 2 * page_size * cfg.kv_dim() * 2) as u64
-}
 
 pub struct KvPool {
     pub page_size: usize,
@@ -24,21 +16,23 @@ pub struct KvPool {
 }
 
 impl KvPool {
-    /// A pool of as many pages as `budget_bytes` allows, clamped so no per-layer buffer exceeds
-    /// the device's storage binding and buffer size limits.
-    pub fn new(gpu: &Gpu, cfg: &Config, page_size: usize, budget_bytes: u64) -> Self {
+    /// Pages of `page_size` slots that `budget_bytes` buys, clamped so no per-layer buffer
+    /// exceeds the device's storage binding and buffer size limits.
+    pub fn pages_for(gpu: &Gpu, cfg: &Config, page_size: usize, budget_bytes: u64) -> usize {
         let per_layer_page = (page_size * cfg.kv_dim() * 2) as u64;
         let max_binding = gpu.limits.max_storage_buffer_binding_size.min(gpu.limits.max_buffer_size);
-        let n_pages = (budget_bytes / page_bytes(cfg, page_size))
-            .min(max_binding / per_layer_page)
-            .max(1);
-        let size = n_pages * per_layer_page;
+        (budget_bytes / page_bytes(cfg, page_size)).min(max_binding / per_layer_page).max(1) as usize
+    }
+
+    /// A pool of `n_pages` pages (see [`pages_for`](Self::pages_for)).
+    pub fn new(gpu: &Gpu, cfg: &Config, page_size: usize, n_pages: usize) -> Self {
+        let size = (n_pages * page_size * cfg.kv_dim() * 2) as u64;
         let layer = |kind: &str, i: usize| gpu.storage(&format!("kv.{kind}.{i}"), size);
         Self {
             page_size,
             k: (0..cfg.n_layers).map(|i| layer("k", i)).collect(),
             v: (0..cfg.n_layers).map(|i| layer("v", i)).collect(),
-            n_pages: n_pages as usize,
+            n_pages,
         }
     }
 }

@@ -1,0 +1,414 @@
+//! The thin SIMD layer the CPU kernels are written against: a block of 32 bytes (one
+//! quantization block of weights, unpacked from its format with byte operations), the block
+//! widened to 16-bit integers, its dot product with 32 activations quantized to 16 bits, as
+//! partial sums kept apart by half (Q6_K changes scale every 16 weights), and 8-lane f32
+//! accumulators. Each kernel is one generic function over [`Simd`]; [`Native`] is the best
+//! implementation the build target offers (AVX2 natively on x86-64-v3, simd128 on wasm) and
+//! [`Scalar`] is the plain twin the tests compare it with.
+//!
+//! The byte operations follow llama.cpp's ggml-cpu (`bytes_from_nibbles_32`,
+//! `bytes_from_bits_32`, `mul_sum_i8_pairs`) and candle's simd128 k-quants.
+
+/// One target's vector operations. Every method is `#[inline(always)]` so a kernel compiles to
+/// straight vector code with no calls.
+pub trait Simd: Copy + Send + Sync + 'static {
+    /// 32 bytes, read as i8 or u8 by the operation.
+    type B: Copy;
+    /// 32 weights as i16, widened once and used for every token.
+    type W: Copy;
+    /// Partial sums of a 32-weight dot product: those of weights 0..16 apart from 16..32.
+    type D: Copy;
+    /// An f32 accumulator of 8 lanes.
+    type F: Copy;
+
+    fn load(bytes: &[u8; 32]) -> Self::B;
+    /// The 32 nibbles of 16 bytes: low nibbles in bytes 0..16, high nibbles in 16..32.
+    fn nibbles(bytes: &[u8; 16]) -> Self::B;
+    /// 0xFF in byte j where bit j of `bits` is set, else 0.
+    fn bit_mask(bits: u32) -> Self::B;
+    fn and(a: Self::B, mask: u8) -> Self::B;
+    fn or(a: Self::B, b: Self::B) -> Self::B;
+    /// Each byte shifted right by `n`, zeros in.
+    fn shr(a: Self::B, n: u32) -> Self::B;
+    /// Each byte shifted left by `n`.
+    fn shl(a: Self::B, n: u32) -> Self::B;
+    /// Each byte minus `v` (wrapping).
+    fn sub(a: Self::B, v: u8) -> Self::B;
+    /// The bytes as signed i8, widened to i16.
+    fn widen(a: Self::B) -> Self::W;
+    /// `w · a` over the 32 pairs, summed by half. Each product and pair sum fits i32.
+    fn dot(w: Self::W, a: &[i16; 32]) -> Self::D;
+
+    fn zero() -> Self::F;
+    /// `acc + (sum of d) · s`.
+    fn fma(acc: Self::F, d: Self::D, s: f32) -> Self::F;
+    /// `acc + (sum of d's first half) · s0 + (sum of its second half) · s1`.
+    fn fma2(acc: Self::F, d: Self::D, s0: f32, s1: f32) -> Self::F;
+    fn sum(acc: Self::F) -> f32;
+
+    /// `acc + a[0..8] · b[0..8]`, elementwise.
+    fn fmul_add(acc: Self::F, a: &[f32; 8], b: &[f32; 8]) -> Self::F;
+    /// `y[0..8] += a · x[0..8]`.
+    fn axpy(y: &mut [f32; 8], a: f32, x: &[f32; 8]);
+    /// Eight f16 values (as bits) to f32.
+    fn f16_to_f32(src: &[u16; 8], dst: &mut [f32; 8]);
+}
+
+/// The plain twin: the same operations one lane at a time.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Scalar;
+
+impl Simd for Scalar {
+    type B = [u8; 32];
+    type W = [i16; 32];
+    type D = [i32; 2];
+    type F = [f32; 8];
+
+    #[inline(always)]
+    fn load(bytes: &[u8; 32]) -> Self::B {
+        *bytes
+    }
+    #[inline(always)]
+    fn nibbles(bytes: &[u8; 16]) -> Self::B {
+        std::array::from_fn(|j| if j < 16 { bytes[j] & 0x0f } else { bytes[j - 16] >> 4 })
+    }
+    #[inline(always)]
+    fn bit_mask(bits: u32) -> Self::B {
+        std::array::from_fn(|j| if bits >> j & 1 == 1 { 0xff } else { 0 })
+    }
+    #[inline(always)]
+    fn and(a: Self::B, mask: u8) -> Self::B {
+        a.map(|x| x & mask)
+    }
+    #[inline(always)]
+    fn or(a: Self::B, b: Self::B) -> Self::B {
+        std::array::from_fn(|j| a[j] | b[j])
+    }
+    #[inline(always)]
+    fn shr(a: Self::B, n: u32) -> Self::B {
+        a.map(|x| x >> n)
+    }
+    #[inline(always)]
+    fn shl(a: Self::B, n: u32) -> Self::B {
+        a.map(|x| x << n)
+    }
+    #[inline(always)]
+    fn sub(a: Self::B, v: u8) -> Self::B {
+        a.map(|x| x.wrapping_sub(v))
+    }
+    #[inline(always)]
+    fn widen(a: Self::B) -> Self::W {
+        a.map(|x| x as i8 as i16)
+    }
+    #[inline(always)]
+    fn dot(w: Self::W, a: &[i16; 32]) -> Self::D {
+        let half = |r: std::ops::Range<usize>| r.map(|j| w[j] as i32 * a[j] as i32).sum();
+        [half(0..16), half(16..32)]
+    }
+    #[inline(always)]
+    fn zero() -> Self::F {
+        [0.0; 8]
+    }
+    #[inline(always)]
+    fn fma(mut acc: Self::F, d: Self::D, s: f32) -> Self::F {
+        acc[0] += (d[0] + d[1]) as f32 * s;
+        acc
+    }
+    #[inline(always)]
+    fn fma2(mut acc: Self::F, d: Self::D, s0: f32, s1: f32) -> Self::F {
+        acc[0] += d[0] as f32 * s0;
+        acc[1] += d[1] as f32 * s1;
+        acc
+    }
+    #[inline(always)]
+    fn sum(acc: Self::F) -> f32 {
+        acc.iter().sum()
+    }
+    #[inline(always)]
+    fn fmul_add(mut acc: Self::F, a: &[f32; 8], b: &[f32; 8]) -> Self::F {
+        for j in 0..8 {
+            acc[j] += a[j] * b[j];
+        }
+        acc
+    }
+    #[inline(always)]
+    fn axpy(y: &mut [f32; 8], a: f32, x: &[f32; 8]) {
+        for j in 0..8 {
+            y[j] += a * x[j];
+        }
+    }
+    #[inline(always)]
+    fn f16_to_f32(src: &[u16; 8], dst: &mut [f32; 8]) {
+        for j in 0..8 {
+            dst[j] = half::f16::from_bits(src[j]).to_f32();
+        }
+    }
+}
+
+#[cfg(all(target_arch = "x86_64", target_feature = "avx2", target_feature = "fma", target_feature = "f16c"))]
+mod avx2 {
+    use super::Simd;
+    use std::arch::x86_64::*;
+
+    /// x86-64 with AVX2, FMA and F16C (x86-64-v3: the native build's target CPU).
+    #[derive(Clone, Copy, Debug, Default)]
+    pub struct Avx2;
+
+    // SAFETY (every block below): the module exists only where the build enables avx2, fma and
+    // f16c, and every load and store goes through a reference of the exact size read.
+    impl Simd for Avx2 {
+        type B = __m256i;
+        /// Weights 0..16 and 16..32.
+        type W = (__m256i, __m256i);
+        /// Pair sums of weights 0..16 and of 16..32.
+        type D = (__m256i, __m256i);
+        type F = __m256;
+
+        #[inline(always)]
+        fn load(bytes: &[u8; 32]) -> Self::B {
+            unsafe { _mm256_loadu_si256(bytes.as_ptr().cast()) }
+        }
+        #[inline(always)]
+        fn nibbles(bytes: &[u8; 16]) -> Self::B {
+            unsafe {
+                let v = _mm_loadu_si128(bytes.as_ptr().cast());
+                let both = _mm256_set_m128i(_mm_srli_epi16(v, 4), v);
+                _mm256_and_si256(both, _mm256_set1_epi8(0x0f))
+            }
+        }
+        #[inline(always)]
+        fn bit_mask(bits: u32) -> Self::B {
+            unsafe {
+                let spread = _mm256_shuffle_epi8(
+                    _mm256_set1_epi32(bits as i32),
+                    _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0),
+                );
+                let one_bit = _mm256_or_si256(spread, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+                _mm256_cmpeq_epi8(one_bit, _mm256_set1_epi64x(-1))
+            }
+        }
+        #[inline(always)]
+        fn and(a: Self::B, mask: u8) -> Self::B {
+            unsafe { _mm256_and_si256(a, _mm256_set1_epi8(mask as i8)) }
+        }
+        #[inline(always)]
+        fn or(a: Self::B, b: Self::B) -> Self::B {
+            unsafe { _mm256_or_si256(a, b) }
+        }
+        #[inline(always)]
+        fn shr(a: Self::B, n: u32) -> Self::B {
+            unsafe { _mm256_and_si256(_mm256_srl_epi16(a, _mm_cvtsi32_si128(n as i32)), _mm256_set1_epi8((0xffu8 >> n) as i8)) }
+        }
+        #[inline(always)]
+        fn shl(a: Self::B, n: u32) -> Self::B {
+            unsafe { _mm256_and_si256(_mm256_sll_epi16(a, _mm_cvtsi32_si128(n as i32)), _mm256_set1_epi8((0xffu8 << n) as i8)) }
+        }
+        #[inline(always)]
+        fn sub(a: Self::B, v: u8) -> Self::B {
+            unsafe { _mm256_sub_epi8(a, _mm256_set1_epi8(v as i8)) }
+        }
+        #[inline(always)]
+        fn widen(a: Self::B) -> Self::W {
+            unsafe { (_mm256_cvtepi8_epi16(_mm256_castsi256_si128(a)), _mm256_cvtepi8_epi16(_mm256_extracti128_si256(a, 1))) }
+        }
+        #[inline(always)]
+        fn dot(w: Self::W, a: &[i16; 32]) -> Self::D {
+            unsafe {
+                let lo = _mm256_madd_epi16(w.0, _mm256_loadu_si256(a.as_ptr().cast()));
+                let hi = _mm256_madd_epi16(w.1, _mm256_loadu_si256(a.as_ptr().add(16).cast()));
+                (lo, hi)
+            }
+        }
+        #[inline(always)]
+        fn zero() -> Self::F {
+            unsafe { _mm256_setzero_ps() }
+        }
+        #[inline(always)]
+        fn fma(acc: Self::F, d: Self::D, s: f32) -> Self::F {
+            unsafe { _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(d.0, d.1)), _mm256_set1_ps(s), acc) }
+        }
+        #[inline(always)]
+        fn fma2(acc: Self::F, d: Self::D, s0: f32, s1: f32) -> Self::F {
+            unsafe {
+                let acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d.0), _mm256_set1_ps(s0), acc);
+                _mm256_fmadd_ps(_mm256_cvtepi32_ps(d.1), _mm256_set1_ps(s1), acc)
+            }
+        }
+        #[inline(always)]
+        fn sum(acc: Self::F) -> f32 {
+            unsafe {
+                let four = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+                let two = _mm_add_ps(four, _mm_movehl_ps(four, four));
+                _mm_cvtss_f32(_mm_add_ss(two, _mm_movehdup_ps(two)))
+            }
+        }
+        #[inline(always)]
+        fn fmul_add(acc: Self::F, a: &[f32; 8], b: &[f32; 8]) -> Self::F {
+            unsafe { _mm256_fmadd_ps(_mm256_loadu_ps(a.as_ptr()), _mm256_loadu_ps(b.as_ptr()), acc) }
+        }
+        #[inline(always)]
+        fn axpy(y: &mut [f32; 8], a: f32, x: &[f32; 8]) {
+            unsafe {
+                let r = _mm256_fmadd_ps(_mm256_set1_ps(a), _mm256_loadu_ps(x.as_ptr()), _mm256_loadu_ps(y.as_ptr()));
+                _mm256_storeu_ps(y.as_mut_ptr(), r)
+            }
+        }
+        #[inline(always)]
+        fn f16_to_f32(src: &[u16; 8], dst: &mut [f32; 8]) {
+            unsafe { _mm256_storeu_ps(dst.as_mut_ptr(), _mm256_cvtph_ps(_mm_loadu_si128(src.as_ptr().cast()))) }
+        }
+    }
+}
+
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+mod wasm {
+    use super::Simd;
+    use std::arch::wasm32::*;
+
+    /// WebAssembly's 128-bit SIMD: every browser engine since 2021 (Safari 16.4).
+    #[derive(Clone, Copy, Debug, Default)]
+    pub struct Simd128;
+
+    const BIT_OF_LANE: [u8; 16] = [1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128];
+
+
+    #[inline(always)]
+    fn hsum(v: v128) -> f32 {
+        f32x4_extract_lane::<0>(v) + f32x4_extract_lane::<1>(v) + f32x4_extract_lane::<2>(v) + f32x4_extract_lane::<3>(v)
+    }
+
+    // SAFETY (every load and store below): through a reference of at least the size read.
+    impl Simd for Simd128 {
+        type B = (v128, v128);
+        /// Weights 0..8, 8..16, 16..24, 24..32.
+        type W = [v128; 4];
+        type D = (v128, v128);
+        type F = (v128, v128);
+
+        #[inline(always)]
+        fn load(bytes: &[u8; 32]) -> Self::B {
+            unsafe { (v128_load(bytes.as_ptr().cast()), v128_load(bytes.as_ptr().add(16).cast())) }
+        }
+        #[inline(always)]
+        fn nibbles(bytes: &[u8; 16]) -> Self::B {
+            let v = unsafe { v128_load(bytes.as_ptr().cast()) };
+            (v128_and(v, u8x16_splat(0x0f)), u8x16_shr(v, 4))
+        }
+        #[inline(always)]
+        fn bit_mask(bits: u32) -> Self::B {
+            let word = u32x4_splat(bits);
+            let lanes = u8x16(BIT_OF_LANE[0], BIT_OF_LANE[1], BIT_OF_LANE[2], BIT_OF_LANE[3], BIT_OF_LANE[4], BIT_OF_LANE[5], BIT_OF_LANE[6], BIT_OF_LANE[7], 1, 2, 4, 8, 16, 32, 64, 128);
+            let spread = |b0: u8, b1: u8| {
+                let bytes = i8x16_swizzle(word, u8x16(b0, b0, b0, b0, b0, b0, b0, b0, b1, b1, b1, b1, b1, b1, b1, b1));
+                i8x16_eq(v128_and(bytes, lanes), lanes)
+            };
+            (spread(0, 1), spread(2, 3))
+        }
+        #[inline(always)]
+        fn and(a: Self::B, mask: u8) -> Self::B {
+            let m = u8x16_splat(mask);
+            (v128_and(a.0, m), v128_and(a.1, m))
+        }
+        #[inline(always)]
+        fn or(a: Self::B, b: Self::B) -> Self::B {
+            (v128_or(a.0, b.0), v128_or(a.1, b.1))
+        }
+        #[inline(always)]
+        fn shr(a: Self::B, n: u32) -> Self::B {
+            (u8x16_shr(a.0, n), u8x16_shr(a.1, n))
+        }
+        #[inline(always)]
+        fn shl(a: Self::B, n: u32) -> Self::B {
+            (i8x16_shl(a.0, n), i8x16_shl(a.1, n))
+        }
+        #[inline(always)]
+        fn sub(a: Self::B, v: u8) -> Self::B {
+            let s = u8x16_splat(v);
+            (i8x16_sub(a.0, s), i8x16_sub(a.1, s))
+        }
+        #[inline(always)]
+        fn widen(a: Self::B) -> Self::W {
+            [i16x8_extend_low_i8x16(a.0), i16x8_extend_high_i8x16(a.0), i16x8_extend_low_i8x16(a.1), i16x8_extend_high_i8x16(a.1)]
+        }
+        #[inline(always)]
+        fn dot(w: Self::W, a: &[i16; 32]) -> Self::D {
+            let p = a.as_ptr();
+            unsafe {
+                let d = |i: usize| i32x4_dot_i16x8(w[i], v128_load(p.add(8 * i).cast()));
+                (i32x4_add(d(0), d(1)), i32x4_add(d(2), d(3)))
+            }
+        }
+        #[inline(always)]
+        fn zero() -> Self::F {
+            (f32x4_splat(0.0), f32x4_splat(0.0))
+        }
+        #[inline(always)]
+        fn fma(acc: Self::F, d: Self::D, s: f32) -> Self::F {
+            (f32x4_add(acc.0, f32x4_mul(f32x4_convert_i32x4(i32x4_add(d.0, d.1)), f32x4_splat(s))), acc.1)
+        }
+        #[inline(always)]
+        fn fma2(acc: Self::F, d: Self::D, s0: f32, s1: f32) -> Self::F {
+            (
+                f32x4_add(acc.0, f32x4_mul(f32x4_convert_i32x4(d.0), f32x4_splat(s0))),
+                f32x4_add(acc.1, f32x4_mul(f32x4_convert_i32x4(d.1), f32x4_splat(s1))),
+            )
+        }
+        #[inline(always)]
+        fn sum(acc: Self::F) -> f32 {
+            hsum(f32x4_add(acc.0, acc.1))
+        }
+        #[inline(always)]
+        fn fmul_add(acc: Self::F, a: &[f32; 8], b: &[f32; 8]) -> Self::F {
+            unsafe {
+                let (a0, a1) = (v128_load(a.as_ptr().cast()), v128_load(a.as_ptr().add(4).cast()));
+                let (b0, b1) = (v128_load(b.as_ptr().cast()), v128_load(b.as_ptr().add(4).cast()));
+                (f32x4_add(acc.0, f32x4_mul(a0, b0)), f32x4_add(acc.1, f32x4_mul(a1, b1)))
+            }
+        }
+        #[inline(always)]
+        fn axpy(y: &mut [f32; 8], a: f32, x: &[f32; 8]) {
+            let s = f32x4_splat(a);
+            unsafe {
+                let (x0, x1) = (v128_load(x.as_ptr().cast()), v128_load(x.as_ptr().add(4).cast()));
+                let (y0, y1) = (v128_load(y.as_ptr().cast()), v128_load(y.as_ptr().add(4).cast()));
+                v128_store(y.as_mut_ptr().cast(), f32x4_add(y0, f32x4_mul(s, x0)));
+                v128_store(y.as_mut_ptr().add(4).cast(), f32x4_add(y1, f32x4_mul(s, x1)));
+            }
+        }
+        #[inline(always)]
+        fn f16_to_f32(src: &[u16; 8], dst: &mut [f32; 8]) {
+            // Exponent and mantissa moved to f32's places, then scaled by 2^112 to rebias: exact
+            // for normal and subnormal halves (KV values are finite).
+            let h = unsafe { v128_load(src.as_ptr().cast()) };
+            let widen = |w: v128| {
+                let sign = i32x4_shl(v128_and(w, u32x4_splat(0x8000)), 16);
+                let magnitude = f32x4_mul(i32x4_shl(v128_and(w, u32x4_splat(0x7fff)), 13), f32x4_splat(f32::from_bits(0x7780_0000)));
+                v128_or(sign, magnitude)
+            };
+            unsafe {
+                v128_store(dst.as_mut_ptr().cast(), widen(u32x4_extend_low_u16x8(h)));
+                v128_store(dst.as_mut_ptr().add(4).cast(), widen(u32x4_extend_high_u16x8(h)));
+            }
+        }
+    }
+}
+
+#[cfg(all(target_arch = "x86_64", target_feature = "avx2", target_feature = "fma", target_feature = "f16c"))]
+pub use avx2::Avx2 as Native;
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+pub use wasm::Simd128 as Native;
+/// Targets without a SIMD implementation here run the scalar twin.
+#[cfg(not(any(
+    all(target_arch = "x86_64", target_feature = "avx2", target_feature = "fma", target_feature = "f16c"),
+    all(target_arch = "wasm32", target_feature = "simd128")
+)))]
+pub use Scalar as Native;
+
+/// The SIMD instruction set the kernels were built for, for `info` and the benchmarks.
+pub const NATIVE_NAME: &str = if cfg!(all(target_arch = "x86_64", target_feature = "avx2", target_feature = "fma", target_feature = "f16c")) {
+    "avx2"
+} else if cfg!(all(target_arch = "wasm32", target_feature = "simd128")) {
+    "simd128"
+} else {
+    "scalar"
+};

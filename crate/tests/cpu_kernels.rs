@@ -1,0 +1,184 @@
+//! Every CPU kernel against the CPU reference (model/reference.rs, gguf/blocks.rs) on seeded
+//! random inputs with odd sizes, in the build's SIMD ([`Native`]) and in the scalar twin.
+//!
+//! Tolerances: a quantized product is checked twice. Against the reference on the same
+//! quantized activations (the weights dequantized by gguf/blocks.rs, the activations as the
+//! kernel quantized them) only f32 summation order differs: 1e-5 normalised. Against the exact
+//! f32 product, the 16-bit activations cost up to 1/65534 of each block's largest value per
+//! element: 1e-4 normalised. Float weights meet f32 activations: 1e-5.
+
+mod common;
+
+use common::{odd_k, randn, TYPES};
+use radixlm::cpu::attention::{attention, AttentionShape};
+use radixlm::cpu::dot::{quantize_q16, takes_q16, Q16Block};
+use radixlm::cpu::kv::KvPages;
+use radixlm::cpu::matmul::{matmul, CpuWeight, Input};
+use radixlm::cpu::simd::{Native, Scalar, Simd};
+use radixlm::cpu::threads::Threads;
+use radixlm::gguf::blocks::{dequantize, quantize};
+use radixlm::gguf::GgmlType;
+use radixlm::model::reference;
+use radixlm::model::synthetic::SplitMix64;
+
+
+
+/// Max |got - want| over max |want|.
+fn norm_err(got: &[f32], want: &[f32]) -> f32 {
+    let scale = want.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-30);
+    got.iter().zip(want).fold(0f32, |m, (a, b)| m.max((a - b).abs())) / scale
+}
+
+
+struct Case {
+    w: CpuWeight,
+    /// The weights as gguf/blocks.rs dequantizes them: (N, K).
+    w_f32: Vec<f32>,
+    x: Vec<f32>,
+}
+
+fn case(ty: GgmlType, k: usize, n: usize, t: usize, seed: u64) -> Case {
+    let mut rng = SplitMix64(seed);
+    let w_raw = randn(&mut rng, n * k);
+    let bytes = quantize(ty, &w_raw);
+    let mut w_f32 = vec![0f32; n * k];
+    dequantize(ty, &bytes, &mut w_f32);
+    let x = randn(&mut rng, t * k);
+    Case { w: CpuWeight::new(ty, k, n, bytes).expect("a valid weight"), w_f32, x }
+}
+
+/// Runs the product of `c` for `t` tokens in `S`, with `threads`; `add` onto `base`.
+fn run<S: Simd>(c: &Case, t: usize, threads: &Threads, base: Option<&[f32]>) -> (Vec<f32>, Vec<f32>) {
+    let k = c.w.k;
+    let mut q16 = vec![Q16Block::default(); t * k / 32];
+    if takes_q16(c.w.ty) {
+        quantize_q16(&c.x, &mut q16);
+    } else {
+        q16.clear();
+    }
+    let input = Input { t, k, x: &c.x, q16: &q16 };
+    let mut y = base.map_or_else(|| vec![0f32; t * c.w.n], |b| b.to_vec());
+    matmul::<S>(threads, &[&c.w], &input, &mut y, c.w.n, 0, base.is_some());
+    // The activations as the kernel saw them.
+    let seen: Vec<f32> = if takes_q16(c.w.ty) { q16.iter().flat_map(|b| b.qs.map(|q| q as f32 * b.d)).collect() } else { c.x.clone() };
+    (y, seen)
+}
+
+#[test]
+fn products_of_every_type_match_the_reference_in_simd_and_scalar() {
+    let threads = Threads::new(Some(2)).unwrap();
+    for ty in TYPES {
+        let k = odd_k(ty);
+        // 1 token (decode), 7 (a four-token group and three alone), 33 rows (a partial block).
+        for (t, n) in [(1, 33), (7, 45)] {
+            let c = case(ty, k, n, t, 7 + t as u64);
+            let exact = reference::matmul(&c.x, &c.w_f32, k, n);
+            let (native, seen) = run::<Native>(&c, t, &threads, None);
+            let (scalar, _) = run::<Scalar>(&c, t, &threads, None);
+            let same_input = reference::matmul(&seen, &c.w_f32, k, n);
+            let (e_same, e_exact, e_twin) = (norm_err(&native, &same_input), norm_err(&native, &exact), norm_err(&native, &scalar));
+            assert!(e_same < 1e-5, "{ty:?} t={t}: {e_same} from the reference on the kernel's own activations");
+            let exact_bound = if takes_q16(ty) { 1e-4 } else { 1e-5 };
+            assert!(e_exact < exact_bound, "{ty:?} t={t}: {e_exact} from the exact product (bound {exact_bound})");
+            assert!(e_twin < 1e-5, "{ty:?} t={t}: SIMD and scalar differ by {e_twin}");
+        }
+    }
+}
+
+#[test]
+fn products_add_onto_the_residual_stream_and_split_rows_across_weights() {
+    let threads = Threads::new(Some(2)).unwrap();
+    let (k, t) = (256, 5);
+    let a = case(GgmlType::Q4_K, k, 40, t, 1);
+    let mut rng = SplitMix64(9);
+    let base = randn(&mut rng, t * a.w.n);
+    let (y, seen) = run::<Native>(&a, t, &threads, Some(&base));
+    let mut want = reference::matmul(&seen, &a.w_f32, k, a.w.n);
+    want.iter_mut().zip(&base).for_each(|(w, b)| *w += b);
+    assert!(norm_err(&y, &want) < 1e-5, "residual add: {}", norm_err(&y, &want));
+
+    // Two weights of different types as one product: columns [0, 40) and [40, 40 + 19).
+    let b = Case { x: a.x.clone(), ..case(GgmlType::Q6_K, k, 19, t, 2) };
+    let mut q16 = vec![Q16Block::default(); t * k / 32];
+    quantize_q16(&a.x, &mut q16);
+    let input = Input { t, k, x: &a.x, q16: &q16 };
+    let cols = a.w.n + b.w.n;
+    let mut y = vec![0f32; t * cols];
+    matmul::<Native>(&threads, &[&a.w, &b.w], &input, &mut y, cols, 0, false);
+    let (ya, yb) = (reference::matmul(&seen, &a.w_f32, k, a.w.n), reference::matmul(&seen, &b.w_f32, k, b.w.n));
+    for ti in 0..t {
+        let row = &y[ti * cols..(ti + 1) * cols];
+        assert!(norm_err(&row[..a.w.n], &ya[ti * a.w.n..(ti + 1) * a.w.n]) < 1e-5);
+        assert!(norm_err(&row[a.w.n..], &yb[ti * b.w.n..(ti + 1) * b.w.n]) < 1e-5);
+    }
+}
+
+#[test]
+fn results_do_not_depend_on_the_thread_count() {
+    let c = case(GgmlType::Q4_1, 576, 200, 9, 3);
+    let one = run::<Native>(&c, 9, &Threads::new(Some(1)).unwrap(), None).0;
+    let three = run::<Native>(&c, 9, &Threads::new(Some(3)).unwrap(), None).0;
+    assert_eq!(one, three);
+}
+
+#[test]
+fn activation_blocks_keep_codes_within_32767_and_their_sums() {
+    let mut rng = SplitMix64(5);
+    let mut x = randn(&mut rng, 96);
+    x[40] = 1e4; // one outlier owns its block's scale
+    x[64..].iter_mut().for_each(|v| *v = 0.0); // an all-zero block
+    let mut q = vec![Q16Block::default(); 3];
+    quantize_q16(&x, &mut q);
+    for b in &q {
+        let codes: Vec<i32> = b.qs.iter().map(|&c| c as i32).collect();
+        assert!(codes.iter().all(|c| c.abs() <= 32767), "{codes:?}");
+        assert!((b.s - b.d * codes.iter().sum::<i32>() as f32).abs() <= 1e-6 * b.s.abs().max(1.0));
+    }
+    assert_eq!(q[1].qs[8], 32767);
+    assert_eq!((q[2].d, q[2].s), (0.0, 0.0));
+}
+
+/// The paged KV of `len` positions for one layer in pages scattered over the pool.
+fn paged_kv(rng: &mut SplitMix64, kv_dim: usize, page_size: usize, len: usize) -> (KvPages, Vec<u32>, Vec<f32>, Vec<f32>) {
+    let n_pages = len.div_ceil(page_size) * 2 + 1;
+    let mut kv = KvPages::new(1, kv_dim, page_size, n_pages).unwrap();
+    // Every other page, backwards: the page table, not the pool order, gives the positions.
+    let pages: Vec<u32> = (0..len.div_ceil(page_size)).map(|i| (n_pages - 1 - 2 * i) as u32).collect();
+    let (k, v) = (randn(rng, len * kv_dim), randn(rng, len * kv_dim));
+    for p in 0..len {
+        kv.write_token(0, &pages, p, &k[p * kv_dim..(p + 1) * kv_dim], &v[p * kv_dim..(p + 1) * kv_dim]);
+    }
+    let f16 = |x: &[f32]| x.iter().map(|v| half::f16::from_f32(*v).to_f32()).collect::<Vec<_>>();
+    (kv, pages, f16(&k), f16(&v))
+}
+
+#[test]
+fn attention_over_pages_matches_the_reference() {
+    // (heads, KV heads, head dim, cached, new tokens): decode, a warm step, a cold prefill with
+    // partial token blocks, a head size no multiple of 8, multi-head attention.
+    for (h, hkv, d, start, t) in [(9, 3, 64, 40, 1), (9, 3, 64, 47, 17), (4, 2, 32, 0, 35), (6, 2, 20, 15, 3), (4, 4, 64, 16, 16)] {
+        let mut rng = SplitMix64((h * 100 + start + t) as u64);
+        let (kv, pages, k, v) = paged_kv(&mut rng, hkv * d, 16, start + t);
+        let q = randn(&mut rng, t * h * d);
+        let want = reference::attention(&q, &k, &v, h, hkv, d, start);
+        for threads in [1, 2] {
+            let shape = AttentionShape { n_heads: h, n_kv_heads: hkv, head_dim: d };
+            let mut got = vec![0f32; t * h * d];
+            attention::<Native>(&Threads::new(Some(threads)).unwrap(), &shape, &kv, 0, &pages, start, &q, &mut got);
+            let e = norm_err(&got, &want);
+            assert!(e < 1e-5, "h={h} hkv={hkv} d={d} start={start} t={t} threads={threads}: {e}");
+            let mut twin = vec![0f32; t * h * d];
+            attention::<Scalar>(&Threads::new(Some(threads)).unwrap(), &shape, &kv, 0, &pages, start, &q, &mut twin);
+            assert!(norm_err(&twin, &want) < 1e-5);
+        }
+    }
+}
+
+#[test]
+fn f16_widening_is_exact_for_normal_and_subnormal_halves() {
+    let bits: [u16; 8] = [0x0000, 0x8000, 0x0001, 0x03ff, 0x0400, 0x3c00, 0xbc00, 0x7bff];
+    let mut got = [0f32; 8];
+    Native::f16_to_f32(&bits, &mut got);
+    let want = bits.map(|b| half::f16::from_bits(b).to_f32());
+    assert_eq!(got.map(f32::to_bits), want.map(f32::to_bits));
+}
