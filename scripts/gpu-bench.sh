@@ -90,11 +90,11 @@ for shape in $SHAPES; do
         echo "== $shape: prefill $n, decode $DECODE_TOKENS $(date +%T)"
         profile=()
         [[ $first == 1 ]] && profile=(--profile)
-        "$bin" bench throughput --model "$model" --kv-mib "$KV_MIB" --prefill-tokens "$n" --decode-tokens "$DECODE_TOKENS" --repeats "$REPEATS" "${profile[@]}" | tee "$out/$shape-throughput-$n.txt"
+        "$bin" bench throughput --backend gpu --model "$model" --kv-mib "$KV_MIB" --prefill-tokens "$n" --decode-tokens "$DECODE_TOKENS" --repeats "$REPEATS" "${profile[@]}" | tee "$out/$shape-throughput-$n.txt"
         first=0
     done
     echo "== $shape: bench prefix at $PREFIX_LEN, delta 32 $(date +%T)"
-    "$bin" bench prefix --model "$model" --kv-mib "$KV_MIB" --prefix-lens "$PREFIX_LEN" --delta 32 --repeats "$REPEATS" | tee "$out/$shape-prefix.txt"
+    "$bin" bench prefix --backend gpu --model "$model" --kv-mib "$KV_MIB" --prefix-lens "$PREFIX_LEN" --delta 32 --repeats "$REPEATS" | tee "$out/$shape-prefix.txt"
 done
 
 # 4. Against the hardware: every figure above, read back from the JSON lines.
