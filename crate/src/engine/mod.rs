@@ -379,7 +379,7 @@ impl Engine {
     /// cache and the spill store have) and returns the logits of the last token: a request
     /// that stops after its prefill. The oracle tests compare these against the CPU reference.
     pub async fn logits(&mut self, seq: &mut Sequence, tokens: &[u32]) -> Result<Vec<f32>, EngineError> {
-        let mut req = self.start(seq, tokens, &SamplingParams::greedy(0))?;
+        let mut req = self.begin(seq, tokens, &SamplingParams::greedy(0))?;
         req.wants_logits = true;
         let result = loop {
             match self.step(&mut req).await {
@@ -407,6 +407,14 @@ impl Engine {
     /// what `seq` holds and the longest cached prefix. On error nothing changed and `seq` is
     /// still the caller's; on success the request owns it.
     pub fn start(&mut self, seq: &mut Sequence, prompt: &[u32], params: &SamplingParams) -> Result<Request, EngineError> {
+        let req = self.begin(seq, prompt, params)?;
+        self.requests += 1;
+        self.tokens_reused += req.reused as u64;
+        Ok(req)
+    }
+
+    /// `start` without counting it among the requests (a pin or a bare `logits`).
+    fn begin(&mut self, seq: &mut Sequence, prompt: &[u32], params: &SamplingParams) -> Result<Request, EngineError> {
         self.backend.check()?;
         self.check_prompt(prompt)?;
         let started = Instant::now();
@@ -415,8 +423,6 @@ impl Engine {
             self.cache.commit(seq);
             return Err(e.into());
         }
-        self.requests += 1;
-        self.tokens_reused += reused as u64;
         Ok(Request::new(std::mem::take(seq), prompt, params, reused, started))
     }
 
