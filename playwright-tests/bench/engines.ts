@@ -183,20 +183,28 @@ export class RadixlmEngine extends TabEngine {
 
 }
 
-/** wllama (@wllama/wllama, llama.cpp in wasm) on the CPU with 2 threads, in a cross-origin-isolated tab. */
+/** wllama (@wllama/wllama, llama.cpp in wasm) on the CPU with 2 threads (or `asked`), in a cross-origin-isolated tab. */
 export class WllamaEngine extends TabEngine {
-  readonly name = "wllama";
+  readonly name: string;
   /** The threads llama.cpp runs on, once open. */
   threads = 0;
 
+  constructor(
+    page: Page,
+    private readonly asked = 2,
+  ) {
+    super(page);
+    this.name = asked === 2 ? "wllama" : `wllama (${asked} thread${asked === 1 ? "" : "s"})`;
+  }
+
   async open(): Promise<number> {
     await this.page.goto("/harness/");
-    const { ms, threads } = await this.page.evaluate(async (model) => {
+    const { ms, threads } = await this.page.evaluate(async ({ model, nThreads }) => {
       if (!crossOriginIsolated) throw new Error("the page is not cross-origin isolated: wllama would run on one thread");
       const { Wllama } = (await import("/wllama/index.js" as string)) as { Wllama: new (paths: Record<string, string>, config: object) => WllamaLike };
       const wllama = new Wllama({ default: "/wllama/wasm/wllama.wasm" }, { suppressNativeLog: true });
       const started = performance.now();
-      await wllama.loadModelFromUrl(new URL(model, location.href).href, { n_ctx: 8192, n_threads: 2, n_gpu_layers: 0, useCache: true });
+      await wllama.loadModelFromUrl(new URL(model, location.href).href, { n_ctx: 8192, n_threads: nThreads, n_gpu_layers: 0, useCache: true });
       (window as unknown as { benchWllama: WllamaLike }).benchWllama = wllama;
       return { ms: performance.now() - started, threads: wllama.getNumThreads() };
 
@@ -204,7 +212,7 @@ export class WllamaEngine extends TabEngine {
         loadModelFromUrl(url: string, params: object): Promise<void>;
         getNumThreads(): number;
       }
-    }, MODEL_URL);
+    }, { model: MODEL_URL, nThreads: this.asked });
     this.threads = threads;
     return ms;
   }

@@ -1,8 +1,8 @@
 // Raw speed beside the peer, in the same run: prefill tokens/s over a 512-token prompt, decode
 // tokens/s over 128 greedy tokens (as each engine reports them), and the time to load the model
 // when it is already on the device (radixlm: from the Cache API after a reload; wllama: from its
-// own cache), for radixlm on its CPU backend and on WebGPU, and wllama (llama.cpp in wasm, 2
-// threads).
+// own cache), for radixlm on its CPU backend (one thread, the worker's) and on WebGPU, and wllama
+// (llama.cpp in wasm) on 2 threads and on 1.
 //
 //   cd playwright-tests && npx playwright test -c bench.config.ts speed
 //   RADIXLM_BENCH_SIZE=smoke: 128 and 32 tokens, one repeat
@@ -21,12 +21,14 @@ test("speed: prefill and decode tokens/s and load time, radixlm (CPU and WebGPU)
   const radixCpu = new RadixlmEngine(await context.newPage(), "cpu");
   const radixGpu = new RadixlmEngine(await context.newPage(), "webgpu");
   const wllama = new WllamaEngine(await context.newPage());
+  const wllamaOne = new WllamaEngine(await context.newPage(), 1);
   await radixCpu.open();
   await radixGpu.open();
   await wllama.open();
+  await wllamaOne.open();
 
   const rows: Array<{ engine: string; promptTokens: number; generated: number[]; prefill: number[]; decode: number[]; loadMs: number[] }> = [];
-  for (const engine of [radixCpu, radixGpu, wllama] as BenchEngine[]) {
+  for (const engine of [radixCpu, radixGpu, wllama, wllamaOne] as BenchEngine[]) {
     const row = { engine: engine.name, promptTokens: 0, generated: [] as number[], prefill: [] as number[], decode: [] as number[], loadMs: [] as number[] };
     for (let r = 0; r < repeats; r++) {
       await engine.forget();
@@ -48,7 +50,7 @@ test("speed: prefill and decode tokens/s and load time, radixlm (CPU and WebGPU)
   const lines = [
     describe(env),
     "",
-    `Speed: a ${rows[0]?.promptTokens ?? prefillTokens}-token prompt, up to ${decodeTokens} greedy tokens, median of ${repeats}; load = the model already on the device.`,
+    `Speed: a ${rows[0]?.promptTokens ?? prefillTokens}-token prompt, up to ${decodeTokens} greedy tokens, median of ${repeats}; load = the model already on the device. radixlm (CPU) on 1 thread (the engine's worker), wllama on ${wllama.threads} and ${wllamaOne.threads}.`,
     "",
     "| engine | prefill tok/s | decode tok/s | tokens decoded | load ms |",
     "|---|---:|---:|---:|---:|",
@@ -58,6 +60,6 @@ test("speed: prefill and decode tokens/s and load time, radixlm (CPU and WebGPU)
   console.log(`\n${table}`);
   const out = resultsDir();
   const name = smoke ? "speed-smoke" : "speed";
-  writeFileSync(path.join(out, `${name}.json`), JSON.stringify({ benchmark: "speed", size: smoke ? "smoke" : "full", ...env, prefillTokens, decodeTokens, repeats, wllamaThreads: wllama.threads, rows }, null, 2) + "\n");
+  writeFileSync(path.join(out, `${name}.json`), JSON.stringify({ benchmark: "speed", size: smoke ? "smoke" : "full", ...env, prefillTokens, decodeTokens, repeats, wllamaThreads: [wllama.threads, wllamaOne.threads], rows }, null, 2) + "\n");
   writeFileSync(path.join(out, `${name}.md`), table);
 });
