@@ -143,6 +143,8 @@ on_each_backend!(a_prompt_over_the_context_or_the_kv_budget_is_a_clear_error, |b
     let page = radixlm::kv::page_bytes(&engine.cfg, 16);
     let opts = EngineOptions { kv_budget_bytes: 4 * page, max_context: Some(8192), ..Default::default() };
     let mut engine = backend.load(&bytes, &opts);
+    // A new engine has a device of its own to poll.
+    let poller = engine.poller();
     assert_eq!(engine.kv_capacity_tokens(), 64);
     // One sequence holds three of the four pages; another needing two (sharing nothing with
     // it) is refused, and the held pages are untouched.
