@@ -24,7 +24,7 @@ use threads::Threads;
 use weights::CpuModel;
 
 use crate::engine::backend::{Head, HeadOut};
-use crate::engine::sampling::Top2;
+use crate::engine::sampling::top2;
 use crate::kv::spill::QuantLayout;
 use crate::model::Config;
 
@@ -244,22 +244,4 @@ fn rope(head: &mut [f32], angles: &[(f32, f32)], neox: bool) {
         head[ia] = a * cos - b * sin;
         head[ib] = a * sin + b * cos;
     }
-}
-
-/// The largest logit and the runner-up, skipping `banned` ids; the lowest id wins a tie.
-pub fn top2(logits: &[f32], banned: &[u32]) -> Top2 {
-    let (mut index, mut best, mut second) = (None, f32::NEG_INFINITY, f32::NEG_INFINITY);
-    for (i, &l) in logits.iter().enumerate() {
-        if l.is_nan() || banned.contains(&(i as u32)) {
-            continue;
-        }
-        if l > best || index.is_none() && l > f32::NEG_INFINITY {
-            second = best;
-            best = l;
-            index = Some(i as u32);
-        } else if l > second {
-            second = l;
-        }
-    }
-    Top2 { index, best, second }
 }

@@ -544,7 +544,7 @@ impl Engine {
                         }
                     }
                 }
-                (req.sampler.sample(&logits), request::top2_gap(&logits))
+                (req.sampler.sample(&logits), sampling::top2(&logits, &[]).gap())
             }
         };
         req.ttft_s.get_or_insert_with(|| req.started.elapsed().as_secs_f64());

@@ -137,17 +137,3 @@ impl Request {
         }
     }
 }
-
-/// The lead of the largest logit over the second largest.
-pub(super) fn top2_gap(logits: &[f32]) -> f32 {
-    let (mut a, mut b) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
-    for &l in logits {
-        if l > a {
-            b = a;
-            a = l;
-        } else if l > b {
-            b = l;
-        }
-    }
-    a - b
-}

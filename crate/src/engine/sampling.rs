@@ -57,6 +57,24 @@ impl Top2 {
     }
 }
 
+/// The largest logit and the runner-up, skipping `banned` ids; the lowest id wins a tie.
+pub fn top2(logits: &[f32], banned: &[u32]) -> Top2 {
+    let (mut index, mut best, mut second) = (None, f32::NEG_INFINITY, f32::NEG_INFINITY);
+    for (i, &l) in logits.iter().enumerate() {
+        if l.is_nan() || banned.contains(&(i as u32)) {
+            continue;
+        }
+        if l > best || index.is_none() && l > f32::NEG_INFINITY {
+            second = best;
+            best = l;
+            index = Some(i as u32);
+        } else if l > second {
+            second = l;
+        }
+    }
+    Top2 { index, best, second }
+}
+
 /// A sampler holds the random state of one generation, so a seed reproduces a whole reply.
 pub struct Sampler {
     params: SamplingParams,
