@@ -9,6 +9,7 @@ import {
   LLAMA_1B_SHAPE_MODEL,
   PKG_ENTRY,
   PKG_WASM,
+  PKG_WASM_THREADS,
   REPO_ROOT,
   SMOLLM2_SHAPE_MODEL,
   TEST_MODELS_DIR,
@@ -35,6 +36,7 @@ function need(file: string, how: string): void {
 export default function globalSetup(): void {
   need(PKG_ENTRY, "build the package first (scripts/build_web.sh)");
   need(PKG_WASM, "build the wasm first (scripts/build_web.sh)");
+  need(PKG_WASM_THREADS, "build the wasm first (scripts/build_web.sh)");
   need(DEFAULT_MODEL_FILE, "fetch the default model first (scripts/fetch_model.sh)");
 
   if (!existsSync(CLI)) {

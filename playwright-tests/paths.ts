@@ -33,3 +33,4 @@ export const SERVE_LOG = path.join(REPO_ROOT, "target", "playwright-serve.log");
 /** What the package's build leaves behind; the tests import it from the served page. */
 export const PKG_ENTRY = path.join(REPO_ROOT, "pkg", "dist", "index.js");
 export const PKG_WASM = path.join(REPO_ROOT, "pkg", "dist", "wasm", "radixlm_bg.wasm");
+export const PKG_WASM_THREADS = path.join(REPO_ROOT, "pkg", "dist", "wasm-threads", "radixlm_bg.wasm");

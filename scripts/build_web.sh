@@ -1,30 +1,45 @@
 #!/usr/bin/env bash
-# Builds the npm package in pkg/ (the engine for wasm32 on wgpu's WebGPU backend, its
-# wasm-bindgen glue, wasm-opt, the TypeScript client and worker; output pkg/dist/), then the chat
-# app in web/ on it (type-checked, bundled by Vite; output web/dist/).
+# Builds the npm package in pkg/ (the engine for wasm32, on WebGPU and on the CPU, single-threaded
+# and threaded; their wasm-bindgen glue and wasm-opt; the TypeScript client and worker; output
+# pkg/dist/), then the chat app in web/ on it (type-checked, bundled by Vite; output web/dist/).
 # Idempotent: cargo and tsc rebuild only what changed. Needs scripts/setup.sh first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-echo "build: wasm32 engine"
-cargo build --quiet --release --target wasm32-unknown-unknown -p radixlm --lib
+# Two builds of the engine, one surface: wasm/ on one thread (any page), and wasm-threads/ whose
+# CPU backend runs on Web Workers over a shared memory (cross-origin-isolated pages). The threaded
+# one rebuilds std with atomics (rust-src, from scripts/setup.sh; RUSTC_BOOTSTRAP lets the stable
+# toolchain take -Z build-std) and links a shared memory of up to 4 GiB, as wasm-bindgen needs.
+# The feature flags given to wasm-opt are what rustc's wasm32 target emits (SIMD from
+# .cargo/config.toml, for the CPU backend's kernels); wasm-opt rejects them otherwise.
+opt_features=(--enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext
+  --enable-reference-types --enable-multivalue --enable-mutable-globals --enable-simd)
+threads_rustflags="-C target-feature=+simd128,+atomics,+bulk-memory,+mutable-globals \
+-C link-arg=--shared-memory -C link-arg=--import-memory -C link-arg=--max-memory=4294967296 \
+-C link-arg=--export=__wasm_init_tls -C link-arg=--export=__tls_size \
+-C link-arg=--export=__tls_align -C link-arg=--export=__tls_base"
 
-out=pkg/dist/wasm
-mkdir -p "$out"
-wasm-bindgen --target web --out-dir "$out" --out-name radixlm \
-  target/wasm32-unknown-unknown/release/radixlm.wasm
-# The feature flags are what rustc's wasm32 target emits (SIMD from .cargo/config.toml, for the
-# CPU backend's kernels); wasm-opt rejects them otherwise.
-pkg/node_modules/.bin/wasm-opt -O3 \
-  --enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext \
-  --enable-reference-types --enable-multivalue --enable-mutable-globals --enable-simd \
-  "$out/radixlm_bg.wasm" -o "$out/radixlm_bg.wasm"
+bindgen() { # wasm file, output folder, extra wasm-opt flags
+  local out=pkg/dist/$2
+  mkdir -p "$out"
+  wasm-bindgen --target web --out-dir "$out" --out-name radixlm "$1"
+  pkg/node_modules/.bin/wasm-opt -O3 "${opt_features[@]}" ${3:-} "$out/radixlm_bg.wasm" -o "$out/radixlm_bg.wasm"
+}
+
+echo "build: wasm32 engine (one thread)"
+cargo build --quiet --release --target wasm32-unknown-unknown -p radixlm --lib
+bindgen target/wasm32-unknown-unknown/release/radixlm.wasm wasm
+
+echo "build: wasm32 engine (threads)"
+RUSTC_BOOTSTRAP=1 CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS="$threads_rustflags" \
+  cargo build --quiet --release --target wasm32-unknown-unknown -p radixlm --lib \
+  -Z build-std=std,panic_abort --target-dir target/wasm-threads
+bindgen target/wasm-threads/wasm32-unknown-unknown/release/radixlm.wasm wasm-threads --enable-threads
 
 echo "build: TypeScript package"
 (cd pkg && npx --no-install tsc -p .)
-raw=$(stat -c %s "$out/radixlm_bg.wasm")
-gz=$(gzip -9 -c "$out/radixlm_bg.wasm" | wc -c)
-echo "build: pkg/dist ready (wasm $((raw / 1024)) KiB, $((gz / 1024)) KiB gzipped)"
+size() { echo "$(($(stat -c %s "$1") / 1024)) KiB, $(($(gzip -9 -c "$1" | wc -c) / 1024)) KiB gzipped"; }
+echo "build: pkg/dist ready (wasm: one thread $(size pkg/dist/wasm/radixlm_bg.wasm); threads $(size pkg/dist/wasm-threads/radixlm_bg.wasm))"
 
 echo "build: chat app"
 (cd web && npx --no-install tsc --noEmit -p . && npx --no-install vite build --logLevel warn)

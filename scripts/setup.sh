@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Idempotent set-up for a fresh Debian machine: system packages (Mesa's Vulkan drivers, Node.js,
 # Chromium for the browser tests, WebKitGTK's MiniBrowser, WebKitWebDriver and Xvfb for the
-# WebKit smoke test), the Rust wasm target, wasm-bindgen-cli at the exact version
+# WebKit smoke test), the Rust wasm target and std's sources, wasm-bindgen-cli at the exact version
 # of Cargo.lock, the npm packages of pkg/ and playwright-tests/, and the default model. Safe to
 # run again: each step checks before it acts.
 set -euo pipefail
@@ -25,6 +25,8 @@ if ! command -v cargo >/dev/null 2>&1; then
 fi
 rustup target list --installed 2>/dev/null | grep -qx wasm32-unknown-unknown \
   || rustup target add wasm32-unknown-unknown
+# std's sources: the threaded wasm build rebuilds std with atomics.
+rustup component list --installed 2>/dev/null | grep -qx rust-src || rustup component add rust-src
 
 # wasm-bindgen's CLI must match the wasm-bindgen crate exactly, or the glue it writes is refused.
 wbg=$(grep -A1 '^name = "wasm-bindgen"$' Cargo.lock | sed -n 's/^version = "\(.*\)"/\1/p')

@@ -15,7 +15,7 @@ use radixlm::cpu::dot::{quantize_q16, takes_q16, Q16Block};
 use radixlm::cpu::kv::KvPages;
 use radixlm::cpu::matmul::{matmul, CpuWeight, Input};
 use radixlm::cpu::simd::{Native, Scalar, Simd};
-use radixlm::cpu::threads::Threads;
+use radixlm::cpu::threads::{Spawner, Threads};
 use radixlm::gguf::blocks::{dequantize, quantize};
 use radixlm::gguf::GgmlType;
 use radixlm::model::reference;
@@ -66,7 +66,7 @@ fn run<S: Simd>(c: &Case, t: usize, threads: &Threads, base: Option<&[f32]>) -> 
 
 #[test]
 fn products_of_every_type_match_the_reference_in_simd_and_scalar() {
-    let threads = Threads::new(Some(2)).unwrap();
+    let threads = Threads::new(Some(2), &Spawner::Os).unwrap();
     for ty in TYPES {
         let k = odd_k(ty);
         // 1 token (decode), 7 (a four-token group and three alone), 33 rows (a partial block).
@@ -87,7 +87,7 @@ fn products_of_every_type_match_the_reference_in_simd_and_scalar() {
 
 #[test]
 fn products_add_onto_the_residual_stream_and_split_rows_across_weights() {
-    let threads = Threads::new(Some(2)).unwrap();
+    let threads = Threads::new(Some(2), &Spawner::Os).unwrap();
     let (k, t) = (256, 5);
     let a = case(GgmlType::Q4_K, k, 40, t, 1);
     let mut rng = SplitMix64(9);
@@ -116,8 +116,8 @@ fn products_add_onto_the_residual_stream_and_split_rows_across_weights() {
 #[test]
 fn results_do_not_depend_on_the_thread_count() {
     let c = case(GgmlType::Q4_1, 576, 200, 9, 3);
-    let one = run::<Native>(&c, 9, &Threads::new(Some(1)).unwrap(), None).0;
-    let three = run::<Native>(&c, 9, &Threads::new(Some(3)).unwrap(), None).0;
+    let one = run::<Native>(&c, 9, &Threads::new(Some(1), &Spawner::Os).unwrap(), None).0;
+    let three = run::<Native>(&c, 9, &Threads::new(Some(3), &Spawner::Os).unwrap(), None).0;
     assert_eq!(one, three);
 }
 
@@ -164,11 +164,11 @@ fn attention_over_pages_matches_the_reference() {
         for threads in [1, 2] {
             let shape = AttentionShape { n_heads: h, n_kv_heads: hkv, head_dim: d };
             let mut got = vec![0f32; t * h * d];
-            attention::<Native>(&Threads::new(Some(threads)).unwrap(), &shape, &kv, 0, &pages, start, &q, &mut got);
+            attention::<Native>(&Threads::new(Some(threads), &Spawner::Os).unwrap(), &shape, &kv, 0, &pages, start, &q, &mut got);
             let e = norm_err(&got, &want);
             assert!(e < 1e-5, "h={h} hkv={hkv} d={d} start={start} t={t} threads={threads}: {e}");
             let mut twin = vec![0f32; t * h * d];
-            attention::<Scalar>(&Threads::new(Some(threads)).unwrap(), &shape, &kv, 0, &pages, start, &q, &mut twin);
+            attention::<Scalar>(&Threads::new(Some(threads), &Spawner::Os).unwrap(), &shape, &kv, 0, &pages, start, &q, &mut twin);
             assert!(norm_err(&twin, &want) < 1e-5);
         }
     }

@@ -38,6 +38,8 @@ export type WireSource =
 /** WasmLoader.create's options, sent as JSON once the worker has resolved "auto". */
 export interface LoaderOptions {
   backend: "auto" | "webgpu" | "cpu";
+  /** The CPU backend's threads; unset: the worker chooses (threads.ts). */
+  threads?: number;
   kv_budget_bytes: number;
   max_batch: number;
   max_context?: number;

@@ -15,6 +15,14 @@ export interface EngineOptions {
    * llvmpipe), which the CPU backend outruns. `engine.info.backend` says which was taken.
    */
   backend?: "auto" | "webgpu" | "cpu";
+  /**
+   * The CPU backend's threads: the engine's worker and a Web Worker for each further one, on
+   * shared wasm memory. Threads need a cross-origin-isolated page (served with
+   * `Cross-Origin-Opener-Policy: same-origin` and `Cross-Origin-Embedder-Policy: require-corp`);
+   * elsewhere the engine runs on one thread. Default: every core, up to 8.
+   * `engine.info.threads` says how many run.
+   */
+  threads?: number;
   /** Bytes of memory for the KV cache (GPU memory, clamped to the adapter; or wasm memory). Default 256 MiB. */
   kvBudgetBytes?: number;
   /** Most prompt tokens one prefill step computes. Default 256. */

@@ -111,6 +111,7 @@ export function checkEngineOptions(options: EngineOptions): LoadParams {
   const { model } = options;
   const loader: LoaderOptions = {
     backend: backend(options.backend),
+    threads: number("threads", options.threads, "a positive integer", positiveInteger),
     kv_budget_bytes: number("kvBudgetBytes", options.kvBudgetBytes, "a positive integer", positiveInteger) ?? 256 << 20,
     max_batch: number("maxBatch", options.maxBatch, "a positive integer", positiveInteger) ?? 256,
     max_context: number("maxContext", options.maxContext, "a positive integer", positiveInteger),

@@ -21,8 +21,9 @@ import { modelSource, openModel } from "./model_source.js";
 import type { ModelBytes, ModelSource } from "./model_source.js";
 import type { Call, CallKind, FromWorker, Generation, LoaderOptions, ToWorker, WireDeviceLostEvent } from "./protocol.js";
 import type { LoadProgress, ModelInfo } from "./types.js";
-import init, { WasmLoader, wasm_memory_bytes } from "./wasm/radixlm.js";
-import type { WasmEngine } from "./wasm/radixlm.js";
+import { ThreadStarter, cpuThreads } from "./threads.js";
+import type * as Glue from "./wasm/radixlm.js";
+import type { WasmEngine, WasmLoader } from "./wasm/radixlm.js";
 
 /** The worker's global scope. Typed here: the WebWorker lib cannot share a program with DOM. */
 interface WorkerScope {
@@ -51,6 +52,27 @@ interface Job {
   emitted: boolean;
 }
 
+/** The wasm module's glue once instantiated: the threaded build, or the single-threaded one. */
+let glue: typeof Glue | undefined;
+
+/** Instantiates the threaded build (shared memory) or the single-threaded one, once. */
+async function loadGlue(threaded: boolean): Promise<typeof Glue> {
+  if (glue) return glue;
+  // Literal paths, so that bundlers see both builds.
+  const [module, wasm] = threaded
+    ? [await import("./wasm-threads/radixlm.js"), new URL("./wasm-threads/radixlm_bg.wasm", import.meta.url)]
+    : [await import("./wasm/radixlm.js"), new URL("./wasm/radixlm_bg.wasm", import.meta.url)];
+  try {
+    await module.default({ module_or_path: wasm });
+  } catch (error) {
+    throw new InternalError(
+      `Could not load radixlm's wasm module from ${wasm.href} (${String(error)}). Serve dist/wasm/ and dist/wasm-threads/ next to dist/worker.js, the .wasm files as application/wasm.`,
+    );
+  }
+  glue = module;
+  return module;
+}
+
 /** Builds an engine from the model source, reporting each chunk's progress. */
 async function buildEngine(source: ModelSource, options: string, report: (progress: LoadProgress) => void = () => {}): Promise<WasmEngine> {
   const model = await openModel(source);
@@ -63,11 +85,13 @@ async function buildEngine(source: ModelSource, options: string, report: (progre
   }
 }
 
-/** Streams the model onto the GPU and compiles it. */
+/** Streams the model onto the backend and readies it (its pipelines, or its threads). */
 async function upload(model: ModelBytes, options: string, report: (progress: LoadProgress) => void): Promise<WasmEngine> {
   let loader: WasmLoader;
+  const threads = new ThreadStarter();
   try {
-    loader = await WasmLoader.create(model.total, options);
+    if (!glue) throw new InternalError("The wasm module is not loaded.");
+    loader = await glue.WasmLoader.create(model.total, options, threads.spawn);
   } catch (error) {
     model.cancel();
     throw error;
@@ -86,7 +110,14 @@ async function upload(model: ModelBytes, options: string, report: (progress: Loa
       report({ stage: "upload", loaded: received, total: received });
     }
     report({ stage: "compile", loaded: 1, total: 1 });
-    return await loader.finish();
+    const engine = await loader.finish();
+    try {
+      await threads.ready();
+    } catch (error) {
+      engine.free();
+      throw error;
+    }
+    return engine;
   } finally {
     loader.free();
   }
@@ -182,7 +213,7 @@ class Driver {
       case "abort":
         return this.abort(message.id);
       case "wasmMemoryBytes":
-        return this.reply(message.id, () => wasm_memory_bytes());
+        return this.reply(message.id, () => glue?.wasm_memory_bytes() ?? 0);
       case "reloads":
         return this.reply(message.id, () => this.reloads);
       case "stats":
@@ -319,15 +350,9 @@ class Driver {
 
   private async load(call: Call<"load">): Promise<ModelInfo> {
     const backend = await resolveBackend(call.options.backend);
-    const wasm = new URL("./wasm/radixlm_bg.wasm", import.meta.url);
-    try {
-      await init({ module_or_path: wasm });
-    } catch (error) {
-      throw new InternalError(
-        `Could not load radixlm's wasm module from ${wasm.href} (${String(error)}). Serve dist/wasm/ next to dist/worker.js, the .wasm file as application/wasm.`,
-      );
-    }
-    this.model = { source: modelSource(call.source), options: JSON.stringify(await withinQuota({ ...call.options, backend })) };
+    const threads = backend === "cpu" ? cpuThreads(call.options.threads) : 1;
+    await loadGlue(threads > 1);
+    this.model = { source: modelSource(call.source), options: JSON.stringify(await withinQuota({ ...call.options, backend, threads })) };
     this.engine = await buildEngine(this.model.source, this.model.options, (progress) =>
       this.post({ kind: "progress", id: call.id, progress }),
     );

@@ -1,6 +1,6 @@
 // The engines the browser benchmarks compare, each driven in its own tab through its public API:
-// radixlm (this package, on its WebGPU or its CPU backend) and wllama (llama.cpp compiled to
-// wasm, on the CPU with 2 threads: the engine a web page would use instead). Times are taken in
+// radixlm (this package, on its WebGPU or its CPU backend, 2 threads by default) and wllama
+// (llama.cpp compiled to wasm, on the CPU with 2 threads: the engine a web page would use instead). Times are taken in
 // the page, from the call to the first streamed text.
 
 import { execFileSync } from "node:child_process";
@@ -88,28 +88,35 @@ export function benchBackend(): RadixlmBackend {
 /** radixlm through the npm package's public API on one backend, in a tab of the harness page. */
 export class RadixlmEngine extends TabEngine {
   readonly name: string;
+  /** The threads the CPU backend runs on, once open (1 on WebGPU). */
+  threads = 0;
 
+  /** `threads`: the CPU backend's (2 by default, as wllama's; the page is cross-origin isolated). */
   constructor(
     page: Page,
     readonly backend: RadixlmBackend,
+    private readonly askedThreads = 2,
   ) {
     super(page);
-    this.name = backend === "cpu" ? "radixlm (CPU)" : "radixlm (WebGPU)";
+    this.name = backend === "webgpu" ? "radixlm (WebGPU)" : askedThreads === 2 ? "radixlm (CPU)" : `radixlm (CPU, ${askedThreads} thread${askedThreads === 1 ? "" : "s"})`;
   }
 
   async open(): Promise<number> {
     await this.page.goto("/harness/");
-    return this.page.evaluate(
-      async ({ model, backend }) => {
+    const { ms, threads } = await this.page.evaluate(
+      async ({ model, backend, threads }) => {
         const { createEngine } = (await import("/pkg/dist/index.js" as string)) as typeof import("../../pkg/src/index.js");
         const started = performance.now();
-        const engine = await createEngine({ model, backend });
+        const engine = await createEngine({ model, backend, threads });
         if (engine.info.backend !== backend) throw new Error(`asked for ${backend}, got ${engine.info.backend}`);
         (window as unknown as { benchEngine: unknown }).benchEngine = engine;
-        return performance.now() - started;
+        return { ms: performance.now() - started, threads: engine.info.threads };
       },
-      { model: MODEL_URL, backend: this.backend },
+      { model: MODEL_URL, backend: this.backend, threads: this.askedThreads },
     );
+    if (this.backend === "cpu" && threads !== this.askedThreads) throw new Error(`${this.name} runs on ${threads} threads, not ${this.askedThreads}`);
+    this.threads = threads;
+    return ms;
   }
 
   /** Reloads the tab (a new worker, an empty GPU tier; IndexedDB and the Cache API stay) and loads again. */

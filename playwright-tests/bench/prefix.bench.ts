@@ -190,6 +190,7 @@ test("prefix: TTFT cold, warm and restored, radixlm beside wllama, with correctn
     checkTokens: check,
     pageSize,
     radixlmBackend: radix.backend,
+    radixlmThreads: radix.threads,
     loadMs: { radixlm: radixLoadMs, wllama: wllamaLoadMs, radixlmFromCacheMedian: median(reloadMs) },
     wllamaThreads: wllama.threads,
     rows,
@@ -220,6 +221,7 @@ test("prefix: TTFT cold, warm and restored, radixlm beside wllama, with correctn
 function markdown(r: RunEnvironment & {
   repeats: number;
   radixlmBackend: string;
+  radixlmThreads: number;
   checkTokens: number;
   loadMs: { radixlm: number; wllama: number; radixlmFromCacheMedian: number };
   wllamaThreads: number;
@@ -229,7 +231,7 @@ function markdown(r: RunEnvironment & {
   const x = (v: number | null) => (v === null ? "—" : `${v.toFixed(1)}×`);
   const lines = [
     `${describe(r)} · ${r.repeats} repeat(s), controls over ${r.checkTokens} greedy tokens`,
-    `radixlm on ${r.radixlmBackend === "cpu" ? "its CPU backend (wasm SIMD, 1 thread)" : "WebGPU"}; wllama (llama.cpp in wasm) on the CPU, ${r.wllamaThreads} threads. First load of the model in this run: radixlm ${r.loadMs.radixlm.toFixed(0)} ms, wllama ${r.loadMs.wllama.toFixed(0)} ms; radixlm after a reload (from the Cache API): ${r.loadMs.radixlmFromCacheMedian.toFixed(0)} ms (median)`,
+    `radixlm on ${r.radixlmBackend === "cpu" ? `its CPU backend (wasm SIMD, ${r.radixlmThreads} threads)` : "WebGPU"}; wllama (llama.cpp in wasm) on the CPU, ${r.wllamaThreads} threads. First load of the model in this run: radixlm ${r.loadMs.radixlm.toFixed(0)} ms, wllama ${r.loadMs.wllama.toFixed(0)} ms; radixlm after a reload (from the Cache API): ${r.loadMs.radixlmFromCacheMedian.toFixed(0)} ms (median)`,
     "",
     "TTFT in ms (median / p95), measured in the page from the request to the first streamed text.",
     "",

@@ -262,7 +262,9 @@ test("a browser without WebGPU answers on the CPU; asked for WebGPU it says whic
     await page.goto("/");
     await setMaxTokens(page, 8);
     await openApp(page);
-    await expect(page.locator("#engine-info")).toContainText("CPU (WebAssembly, 1 thread)");
+    // Served cross-origin isolated: a thread per core, up to 8.
+    const threads = await page.evaluate(() => Math.min(navigator.hardwareConcurrency, 8));
+    await expect(page.locator("#engine-info")).toContainText(`CPU (WebAssembly, ${threads} thread${threads === 1 ? "" : "s"})`);
     await send(page, "Hello without a GPU");
     await expect(replies(page).first().locator(".content")).not.toBeEmpty();
     await shot(page, testInfo, "no-webgpu-cpu");

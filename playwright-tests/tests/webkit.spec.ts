@@ -3,7 +3,8 @@
 // `navigator.gpu` undefined (the default) and null (the WebGPU feature flag on, with no GPU
 // process support for it in this build); either way the engine runs on the CPU backend
 // (WebAssembly SIMD in JavaScriptCore), and the default model's greedy reply equals the native
-// CLI's on its CPU backend.
+// CLI's on its CPU backend. This WebKitGTK has no SharedArrayBuffer even cross-origin isolated, so
+// the engine runs on one thread, and the app says so.
 
 import { ORIGIN } from "../browser";
 import { TINY_UNTIED_MODEL, testModelUrl } from "../paths";
@@ -19,6 +20,8 @@ interface PageState {
   /** The composer is enabled: the model loaded. */
   ready: boolean;
   engine: string | null;
+  /** The CPU threads the page should run the engine on. */
+  threads: number;
   /** What the app's error reporter showed: it puts every uncaught error on screen. */
   toast: string | null;
   overflow: number;
@@ -33,6 +36,9 @@ const READ_STATE = `
     text: document.getElementById("screen-text")?.textContent ?? null,
     ready: document.getElementById("input")?.disabled === false,
     engine: document.getElementById("engine-info")?.textContent ?? null,
+    // The CPU threads the engine should run on: every core (up to 8) where the page can share wasm
+    // memory (cross-origin isolated, with SharedArrayBuffer: WebKitGTK here leaves it out).
+    threads: crossOriginIsolated && typeof SharedArrayBuffer === "function" ? Math.min(navigator.hardwareConcurrency, 8) : 1,
     toast: toast && !toast.hidden ? toast.textContent : null,
     overflow: document.documentElement.scrollWidth - document.documentElement.clientWidth,
   };`;
@@ -70,7 +76,7 @@ test.describe("WebKit (MiniBrowser through WebDriver)", () => {
     expect(state.userAgent).toMatch(/AppleWebKit\/.* Safari\//);
     expect(state.userAgent).not.toMatch(/Chrome|Chromium/);
     expect(state.gpu).toBe(gpu);
-    expect(state.engine).toContain("CPU (WebAssembly, 1 thread)");
+    expect(state.engine).toContain(`CPU (WebAssembly, ${state.threads} thread${state.threads === 1 ? "" : "s"})`);
     expect(state.toast, "an uncaught error in the app").toBeNull();
     expect(state.overflow, "horizontal overflow at 375 px").toBeLessThanOrEqual(0);
   }

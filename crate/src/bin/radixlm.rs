@@ -310,7 +310,7 @@ fn read_model(path: &PathBuf) -> Result<Vec<u8>, AnyError> {
 /// there is no adapter or only a software one.
 fn target(args: &ModelArgs) -> Result<Target, AnyError> {
     let policy = if args.webgpu_limits { LimitsPolicy::WebGpuDefault } else { LimitsPolicy::Adapter };
-    let cpu = CpuOptions { threads: args.threads };
+    let cpu = CpuOptions { threads: args.threads, ..Default::default() };
     Ok(match args.backend {
         BackendArg::Gpu => Target::Gpu(std::sync::Arc::new(open(policy)?)),
         BackendArg::Cpu => Target::Cpu(cpu),

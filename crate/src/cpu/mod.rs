@@ -33,6 +33,8 @@ use crate::model::Config;
 pub struct CpuOptions {
     /// Threads for the kernels; `None` takes every core.
     pub threads: Option<usize>,
+    /// How the threads beyond the caller's start.
+    pub spawner: threads::Spawner,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -73,7 +75,7 @@ pub struct CpuBackend {
 impl CpuBackend {
     /// The backend over loaded weights, with `n_pages` KV pages of `page_size` slots.
     pub fn new(cfg: &Config, model: CpuModel, rope_factors: Option<&[f32]>, page_size: usize, n_pages: usize, max_batch: usize, opts: &CpuOptions) -> Result<Self, CpuError> {
-        let threads = Threads::new(opts.threads).map_err(CpuError::Threads)?;
+        let threads = Threads::new(opts.threads, &opts.spawner).map_err(CpuError::Threads)?;
         let kv = KvPages::new(cfg.n_layers, cfg.kv_dim(), page_size, n_pages).map_err(CpuError::OutOfMemory)?;
         let (t, c, f) = (max_batch, cfg.n_embd, cfg.n_ff);
         let qkv_cols = c + 2 * cfg.kv_dim();

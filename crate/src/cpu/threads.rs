@@ -4,8 +4,9 @@
 //! A decoded token runs ~150 products and attentions of well under a millisecond each, so what
 //! a parallel region costs to start and end matters: the workers spin on an epoch counter
 //! between regions (as llama.cpp's thread pool does) and sleep only after a while idle, and the
-//! calling thread takes tasks too. Natively the workers are OS threads; with one thread (the
-//! browser today) every task runs inline.
+//! calling thread takes tasks too. Natively the workers are OS threads; in the browser each is
+//! a Web Worker on the module's shared memory, which the page starts from a `Seat` (the
+//! `Spawner` says which); with one thread every task runs inline.
 
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Condvar, Mutex};
@@ -35,18 +36,60 @@ struct Shared {
     wake: Condvar,
 }
 
+/// A worker's place in a pool: what a started thread runs, until the pool is dropped.
+pub struct Seat(Arc<Shared>);
+
+impl Seat {
+    /// The worker loop; returns when the pool is dropped.
+    pub fn run(self) {
+        worker(&self.0)
+    }
+
+    /// The seat as a number, to hand to a thread started outside Rust (a Web Worker).
+    pub fn into_raw(self) -> usize {
+        Arc::into_raw(self.0) as usize
+    }
+
+    /// # Safety
+    /// `raw` came from `into_raw` and is taken back once.
+    pub unsafe fn from_raw(raw: usize) -> Self {
+        Self(Arc::from_raw(raw as *const Shared))
+    }
+}
+
+/// How a pool's workers are started.
+#[derive(Clone, Default)]
+pub enum Spawner {
+    /// OS threads.
+    #[default]
+    Os,
+    /// A function that starts a thread running `Seat::run` (in the browser, a Web Worker on
+    /// the module's shared memory); its threads are not joined, only told to stop.
+    External(std::rc::Rc<dyn Fn(Seat) -> Result<(), String>>),
+}
+
+impl std::fmt::Debug for Spawner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Spawner::Os => "Os",
+            Spawner::External(_) => "External",
+        })
+    }
+}
+
 /// Runs tasks on a fixed number of threads: the caller and `n - 1` workers.
 pub struct Threads {
     n: usize,
     shared: Arc<Shared>,
     /// One region at a time, whoever calls.
     running: Mutex<()>,
+    /// The OS threads, joined on drop.
     workers: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl Threads {
     /// `n` threads (at least 1); `None` takes every core the machine offers.
-    pub fn new(n: Option<usize>) -> Result<Self, String> {
+    pub fn new(n: Option<usize>, spawner: &Spawner) -> Result<Self, String> {
         let n = n.unwrap_or_else(default_threads).max(1);
         let shared = Arc::new(Shared {
             job: AtomicPtr::new(std::ptr::null_mut()),
@@ -61,10 +104,13 @@ impl Threads {
         });
         let mut workers = Vec::with_capacity(n - 1);
         for i in 1..n {
-            let mine = shared.clone();
-            let spawned = std::thread::Builder::new().name(format!("radixlm-cpu-{i}")).spawn(move || worker(&mine));
+            let seat = Seat(shared.clone());
+            let spawned = match spawner {
+                Spawner::Os => std::thread::Builder::new().name(format!("radixlm-cpu-{i}")).spawn(move || seat.run()).map(|h| workers.push(h)).map_err(|e| e.to_string()),
+                Spawner::External(spawn) => spawn(seat),
+            };
             match spawned {
-                Ok(handle) => workers.push(handle),
+                Ok(()) => {}
                 Err(e) => {
                     let pool = Self { n: 1, shared, running: Mutex::new(()), workers };
                     drop(pool);

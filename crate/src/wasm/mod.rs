@@ -14,6 +14,7 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 
 use crate::engine::sampling::SamplingParams;
+use crate::cpu::threads::{Seat, Spawner};
 use crate::cpu::{CpuError, CpuOptions};
 use crate::engine::{Engine, EngineError, EngineOptions, FinishReason, Generation, ModelLoader, Request, Step, Target};
 use crate::gpu::context::{Gpu, GpuError, LimitsPolicy};
@@ -94,6 +95,9 @@ struct LoadOptions {
     /// "webgpu" (the default) or "cpu"; the package's worker resolves "auto" first, since only
     /// it sees whether the adapter is a software one.
     backend: Option<String>,
+    /// The CPU backend's threads (1 by default); more than one needs the threaded build and a
+    /// `spawn_thread` function.
+    threads: Option<usize>,
 }
 
 impl LoadOptions {
@@ -139,8 +143,9 @@ pub struct WasmLoader {
 #[wasm_bindgen]
 impl WasmLoader {
     /// Opens the WebGPU adapter and a device with the adapter's limits, or readies the CPU
-    /// backend (one thread: the worker's).
-    pub async fn create(total_bytes: Option<f64>, options_json: String) -> Result<WasmLoader, JsValue> {
+    /// backend. `spawn_thread(module, memory, seat)` starts each CPU thread beyond the worker's
+    /// own: a Web Worker that instantiates `module` on `memory` and calls `cpu_thread_run(seat)`.
+    pub async fn create(total_bytes: Option<f64>, options_json: String, spawn_thread: Option<js_sys::Function>) -> Result<WasmLoader, JsValue> {
         let options: LoadOptions = serde_json::from_str(&options_json).map_err(|e| invalid(format!("engine options: {e}")))?;
         let opts = options.engine_options()?;
         let target = match options.backend.as_deref() {
@@ -153,7 +158,7 @@ impl WasmLoader {
                 })?;
                 Target::Gpu(Arc::new(gpu))
             }
-            Some("cpu") => Target::Cpu(CpuOptions { threads: Some(1) }),
+            Some("cpu") => Target::Cpu(cpu_options(options.threads.unwrap_or(1), spawn_thread)?),
             Some(other) => return Err(invalid(format!("backend must be \"webgpu\" or \"cpu\", got {other:?}"))),
         };
         let file_len = total_bytes.filter(|n| n.is_finite() && *n >= 0.0).map(|n| n as u64);
@@ -193,6 +198,31 @@ impl WasmLoader {
             Ok(WasmEngine::new(engine, spill_note).into())
         }))
     }
+}
+
+/// The CPU backend on `threads` threads: the worker's and `threads - 1` started by `spawn`.
+fn cpu_options(threads: usize, spawn: Option<js_sys::Function>) -> Result<CpuOptions, JsValue> {
+    if threads <= 1 {
+        return Ok(CpuOptions { threads: Some(1), ..Default::default() });
+    }
+    if !cfg!(target_feature = "atomics") {
+        return Err(invalid(format!("{threads} threads need radixlm's threaded build (this one runs on one thread)")));
+    }
+    let spawn = spawn.ok_or_else(|| invalid(format!("{threads} threads need a function that starts them")))?;
+    let start = move |seat: Seat| {
+        let raw = JsValue::from(seat.into_raw() as u32);
+        spawn.call3(&JsValue::NULL, &wasm_bindgen::module(), &wasm_bindgen::memory(), &raw).map(drop).map_err(|e| format!("cannot start a CPU thread: {e:?}"))
+    };
+    Ok(CpuOptions { threads: Some(threads), spawner: Spawner::External(Rc::new(start)) })
+}
+
+/// A CPU thread's body, in the Web Worker `spawn_thread` started: takes tasks until the engine
+/// is dropped.
+#[wasm_bindgen]
+pub fn cpu_thread_run(seat: u32) {
+    // SAFETY: `seat` is what `cpu_options` handed to `spawn_thread`, which passes each seat to
+    // one worker only.
+    unsafe { Seat::from_raw(seat as usize) }.run()
 }
 
 /// Sampling fields shared by chat and completion requests (OpenAI's names and defaults).

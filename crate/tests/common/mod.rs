@@ -56,7 +56,7 @@ impl Backend {
     pub fn target(self) -> Target {
         match self {
             Backend::Gpu(policy) => Target::Gpu(Arc::new(open(policy).expect("a Vulkan device (Mesa llvmpipe on CI)"))),
-            Backend::Cpu => Target::Cpu(CpuOptions { threads: Some(2) }),
+            Backend::Cpu => Target::Cpu(CpuOptions { threads: Some(2), ..Default::default() }),
         }
     }
 

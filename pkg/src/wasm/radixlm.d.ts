@@ -2,17 +2,30 @@
 // before the Rust build has written dist/wasm/. tsc emits nothing for this file; at run time
 // dist/worker.js imports the real glue, dist/wasm/radixlm.js. Keep it in step with the crate.
 
-/** Instantiates the wasm module; call once before anything else. */
+/**
+ * Instantiates the wasm module; call once before anything else. The threaded build
+ * (dist/wasm-threads/, the same surface) makes its memory shared.
+ */
 export default function init(module_or_path?: { module_or_path: RequestInfo | URL }): Promise<unknown>;
+
+/** Instantiates the threaded build's module on another thread's shared memory (a CPU thread). */
+export function initSync(options: { module: WebAssembly.Module; memory: WebAssembly.Memory }): unknown;
+
+/** A CPU thread's body: takes the engine's tasks until the engine is freed. `seat` is what spawn_thread was given. */
+export function cpu_thread_run(seat: number): void;
+
+/** Starts a CPU thread: a Web Worker that calls initSync({ module, memory }), then cpu_thread_run(seat). */
+export type SpawnThread = (module: WebAssembly.Module, memory: WebAssembly.Memory, seat: number) => void;
 
 /** Streams a GGUF file onto a backend. Errors are JS `Error`s whose `name` is an error code. */
 export class WasmLoader {
   private constructor();
   /**
    * Opens the WebGPU adapter and device, or readies the CPU backend. total_bytes: the file's size if known.
-   * options_json: JSON of { backend? ("webgpu" | "cpu"), kv_budget_bytes?, max_batch?, max_context?, spill? ("q8" | "q4" | "off"), spill_budget_bytes? }.
+   * options_json: JSON of { backend? ("webgpu" | "cpu"), threads? (the CPU's; more than 1 needs the
+   * threaded build and spawn_thread), kv_budget_bytes?, max_batch?, max_context?, spill? ("q8" | "q4" | "off"), spill_budget_bytes? }.
    */
-  static create(total_bytes: number | undefined, options_json: string): Promise<WasmLoader>;
+  static create(total_bytes: number | undefined, options_json: string, spawn_thread?: SpawnThread): Promise<WasmLoader>;
   /** Feeds the next bytes of the file, in order. Synchronous (queue writes only). */
   push(chunk: Uint8Array): void;
   /** Bytes of the file taken so far. */

@@ -5,7 +5,13 @@
 //! read never sees a transaction that has not committed.
 //!
 //! Requests of a transaction are all issued before the first is awaited: IndexedDB commits a
-//! transaction that has nothing pending when control returns to the event loop.
+//! transaction that has nothing pending when control returns to the event loop. Each request
+//! becomes a future (its success and error handlers attached) as it is issued: one awaited only
+//! after another could succeed unheard, since a waker may run the task after IndexedDB's next
+//! event (the threaded build's executor wakes tasks through `Atomics.waitAsync`, a task, not a
+//! microtask).
+
+use std::future::IntoFuture;
 
 use async_trait::async_trait;
 use idb::{Database, DatabaseEvent, Factory, ObjectStoreParams, Transaction, TransactionMode, TransactionResult};
@@ -93,8 +99,8 @@ impl IdbStore {
         let mut store = Self { db, budget: budget_bytes, index: LruIndex::default() };
         let tx = store.db.transaction(&[META], TransactionMode::ReadOnly).map_err(|e| io("read", e))?;
         let meta = tx.object_store(META).map_err(|e| io("read", e))?;
-        let keys = meta.get_all_keys(None, None).map_err(|e| io("read", e))?;
-        let values = meta.get_all(None, None).map_err(|e| io("read", e))?;
+        let keys = meta.get_all_keys(None, None).map_err(|e| io("read", e))?.into_future();
+        let values = meta.get_all(None, None).map_err(|e| io("read", e))?.into_future();
         let (keys, values) = (keys.await.map_err(|e| io("read", e))?, values.await.map_err(|e| io("read", e))?);
         for (key, value) in keys.iter().zip(values.iter()) {
             let (Some(key), Some(entry)) = (parse_key(key), value.dyn_ref::<Array>()) else { continue };
@@ -149,7 +155,7 @@ impl SpillStore for IdbStore {
     async fn get(&mut self, keys: &[RecordKey]) -> Result<Vec<Option<Vec<u8>>>, StoreError> {
         let tx = self.db.transaction(&[RECORDS], TransactionMode::ReadOnly).map_err(|e| io("read", e))?;
         let store = tx.object_store(RECORDS).map_err(|e| io("read", e))?;
-        let requests = keys.iter().map(|k| store.get(key_string(k))).collect::<Result<Vec<_>, _>>().map_err(|e| io("read", e))?;
+        let requests = keys.iter().map(|k| store.get(key_string(k)).map(IntoFuture::into_future)).collect::<Result<Vec<_>, _>>().map_err(|e| io("read", e))?;
         let mut out = Vec::with_capacity(keys.len());
         for (key, request) in keys.iter().zip(requests) {
             let value = request.await.map_err(|e| io("read", e))?;
