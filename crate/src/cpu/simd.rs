@@ -3,7 +3,7 @@
 //! widened to 16-bit integers, its dot product with 32 activations quantized to 16 bits, as
 //! partial sums kept apart by half (Q6_K changes scale every 16 weights), and 8-lane f32
 //! accumulators. Each kernel is one generic function over [`Simd`]; [`Native`] is the best
-//! implementation the build target offers (AVX2 natively on x86-64-v3, simd128 on wasm) and
+//! implementation the build target offers (AVX2 on x86-64-v3, NEON on aarch64, simd128 on wasm) and
 //! [`Scalar`] is the plain twin the tests compare it with.
 //!
 //! The byte operations follow llama.cpp's ggml-cpu (`bytes_from_nibbles_32`,
@@ -393,14 +393,160 @@ mod wasm {
     }
 }
 
+#[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+mod neon {
+    use super::Simd;
+    use std::arch::aarch64::*;
+
+    /// AArch64's Advanced SIMD (every 64-bit ARM CPU: phones, Apple silicon, Graviton).
+    #[derive(Clone, Copy, Debug, Default)]
+    pub struct Neon;
+
+    const BIT_OF_LANE: [u8; 16] = [1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128];
+    const BYTE_OF_LANE: [[u8; 16]; 2] = [[0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1], [2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3]];
+
+    // SAFETY (every block below): NEON is part of the aarch64 target, and every load and store
+    // goes through a reference of at least the size read.
+    impl Simd for Neon {
+        type B = (uint8x16_t, uint8x16_t);
+        /// Weights 0..8, 8..16, 16..24, 24..32.
+        type W = [int16x8_t; 4];
+        type D = (int32x4_t, int32x4_t);
+        type F = (float32x4_t, float32x4_t);
+
+        #[inline(always)]
+        fn load(bytes: &[u8; 32]) -> Self::B {
+            unsafe { (vld1q_u8(bytes.as_ptr()), vld1q_u8(bytes.as_ptr().add(16))) }
+        }
+        #[inline(always)]
+        fn nibbles(bytes: &[u8; 16]) -> Self::B {
+            unsafe {
+                let v = vld1q_u8(bytes.as_ptr());
+                (vandq_u8(v, vdupq_n_u8(0x0f)), vshrq_n_u8::<4>(v))
+            }
+        }
+        #[inline(always)]
+        fn bit_mask(bits: u32) -> Self::B {
+            unsafe {
+                let word = vreinterpretq_u8_u32(vdupq_n_u32(bits));
+                let lanes = vld1q_u8(BIT_OF_LANE.as_ptr());
+                let spread = |i: usize| vtstq_u8(vqtbl1q_u8(word, vld1q_u8(BYTE_OF_LANE[i].as_ptr())), lanes);
+                (spread(0), spread(1))
+            }
+        }
+        #[inline(always)]
+        fn and(a: Self::B, mask: u8) -> Self::B {
+            unsafe {
+                let m = vdupq_n_u8(mask);
+                (vandq_u8(a.0, m), vandq_u8(a.1, m))
+            }
+        }
+        #[inline(always)]
+        fn or(a: Self::B, b: Self::B) -> Self::B {
+            unsafe { (vorrq_u8(a.0, b.0), vorrq_u8(a.1, b.1)) }
+        }
+        #[inline(always)]
+        fn shr(a: Self::B, n: u32) -> Self::B {
+            // A shift by a negative count is a right shift.
+            unsafe {
+                let by = vdupq_n_s8(-(n as i8));
+                (vshlq_u8(a.0, by), vshlq_u8(a.1, by))
+            }
+        }
+        #[inline(always)]
+        fn shl(a: Self::B, n: u32) -> Self::B {
+            unsafe {
+                let by = vdupq_n_s8(n as i8);
+                (vshlq_u8(a.0, by), vshlq_u8(a.1, by))
+            }
+        }
+        #[inline(always)]
+        fn sub(a: Self::B, v: u8) -> Self::B {
+            unsafe {
+                let s = vdupq_n_u8(v);
+                (vsubq_u8(a.0, s), vsubq_u8(a.1, s))
+            }
+        }
+        #[inline(always)]
+        fn widen(a: Self::B) -> Self::W {
+            unsafe {
+                let (lo, hi) = (vreinterpretq_s8_u8(a.0), vreinterpretq_s8_u8(a.1));
+                [vmovl_s8(vget_low_s8(lo)), vmovl_high_s8(lo), vmovl_s8(vget_low_s8(hi)), vmovl_high_s8(hi)]
+            }
+        }
+        #[inline(always)]
+        fn dot(w: Self::W, a: &[i16; 32]) -> Self::D {
+            let p = a.as_ptr();
+            unsafe {
+                let d = |i: usize| {
+                    let x = vld1q_s16(p.add(8 * i));
+                    vmlal_high_s16(vmull_s16(vget_low_s16(w[i]), vget_low_s16(x)), w[i], x)
+                };
+                (vaddq_s32(d(0), d(1)), vaddq_s32(d(2), d(3)))
+            }
+        }
+        #[inline(always)]
+        fn zero() -> Self::F {
+            unsafe { (vdupq_n_f32(0.0), vdupq_n_f32(0.0)) }
+        }
+        #[inline(always)]
+        fn fma(acc: Self::F, d: Self::D, s: f32) -> Self::F {
+            unsafe { (vfmaq_n_f32(acc.0, vcvtq_f32_s32(vaddq_s32(d.0, d.1)), s), acc.1) }
+        }
+        #[inline(always)]
+        fn fma2(acc: Self::F, d: Self::D, s0: f32, s1: f32) -> Self::F {
+            unsafe { (vfmaq_n_f32(acc.0, vcvtq_f32_s32(d.0), s0), vfmaq_n_f32(acc.1, vcvtq_f32_s32(d.1), s1)) }
+        }
+        #[inline(always)]
+        fn sum(acc: Self::F) -> f32 {
+            unsafe { vaddvq_f32(vaddq_f32(acc.0, acc.1)) }
+        }
+        #[inline(always)]
+        fn fmul_add(acc: Self::F, a: &[f32; 8], b: &[f32; 8]) -> Self::F {
+            unsafe {
+                let (a0, a1) = (vld1q_f32(a.as_ptr()), vld1q_f32(a.as_ptr().add(4)));
+                let (b0, b1) = (vld1q_f32(b.as_ptr()), vld1q_f32(b.as_ptr().add(4)));
+                (vfmaq_f32(acc.0, a0, b0), vfmaq_f32(acc.1, a1, b1))
+            }
+        }
+        #[inline(always)]
+        fn axpy(y: &mut [f32; 8], a: f32, x: &[f32; 8]) {
+            unsafe {
+                let (x0, x1) = (vld1q_f32(x.as_ptr()), vld1q_f32(x.as_ptr().add(4)));
+                let (y0, y1) = (vld1q_f32(y.as_ptr()), vld1q_f32(y.as_ptr().add(4)));
+                vst1q_f32(y.as_mut_ptr(), vfmaq_n_f32(y0, x0, a));
+                vst1q_f32(y.as_mut_ptr().add(4), vfmaq_n_f32(y1, x1, a));
+            }
+        }
+        #[inline(always)]
+        fn f16_to_f32(src: &[u16; 8], dst: &mut [f32; 8]) {
+            // As simd128's: exponent and mantissa moved to f32's places, then scaled by 2^112 to
+            // rebias (exact for normal and subnormal halves; KV values are finite).
+            unsafe {
+                let h = vld1q_u16(src.as_ptr());
+                let widen = |w: uint32x4_t| {
+                    let sign = vshlq_n_u32::<16>(vandq_u32(w, vdupq_n_u32(0x8000)));
+                    let magnitude = vmulq_n_f32(vreinterpretq_f32_u32(vshlq_n_u32::<13>(vandq_u32(w, vdupq_n_u32(0x7fff)))), f32::from_bits(0x7780_0000));
+                    vreinterpretq_f32_u32(vorrq_u32(sign, vreinterpretq_u32_f32(magnitude)))
+                };
+                vst1q_f32(dst.as_mut_ptr(), widen(vmovl_u16(vget_low_u16(h))));
+                vst1q_f32(dst.as_mut_ptr().add(4), widen(vmovl_high_u16(h)));
+            }
+        }
+    }
+}
+
 #[cfg(all(target_arch = "x86_64", target_feature = "avx2", target_feature = "fma", target_feature = "f16c"))]
 pub use avx2::Avx2 as Native;
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 pub use wasm::Simd128 as Native;
+#[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+pub use neon::Neon as Native;
 /// Targets without a SIMD implementation here run the scalar twin.
 #[cfg(not(any(
     all(target_arch = "x86_64", target_feature = "avx2", target_feature = "fma", target_feature = "f16c"),
-    all(target_arch = "wasm32", target_feature = "simd128")
+    all(target_arch = "wasm32", target_feature = "simd128"),
+    all(target_arch = "aarch64", target_feature = "neon")
 )))]
 pub use Scalar as Native;
 
@@ -409,6 +555,8 @@ pub const NATIVE_NAME: &str = if cfg!(all(target_arch = "x86_64", target_feature
     "avx2"
 } else if cfg!(all(target_arch = "wasm32", target_feature = "simd128")) {
     "simd128"
+} else if cfg!(all(target_arch = "aarch64", target_feature = "neon")) {
+    "neon"
 } else {
     "scalar"
 };
