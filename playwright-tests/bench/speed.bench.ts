@@ -62,7 +62,7 @@ test("speed: prefill and decode tokens/s and load time, radixlm (CPU and WebGPU)
     const b = byName.get(theirs.name);
     if (!a || !b) continue;
     const ratio = (f: (r: (typeof rows)[number]) => number[]) => (median(f(a)) / median(f(b))).toFixed(2);
-    lines.push("", `${ours.name} / ${theirs.name} (${ours.threads} thread${ours.threads === 1 ? "" : "s"} each): prefill ${ratio((r) => r.prefill)}x, decode ${ratio((r) => r.decode)}x.`);
+    lines.push("", `On ${ours.threads} thread${ours.threads === 1 ? "" : "s"} each, radixlm's CPU backend / wllama: prefill ${ratio((r) => r.prefill)}x, decode ${ratio((r) => r.decode)}x.`);
   }
   const table = lines.join("\n") + "\n";
   console.log(`\n${table}`);
