@@ -85,6 +85,13 @@ export function benchBackend(): RadixlmBackend {
   return asked;
 }
 
+/** The CPU threads of both engines in the prefix and scenario benchmarks (`RADIXLM_BENCH_THREADS`, 2 by default). */
+export function benchThreads(): number {
+  const asked = Number(process.env.RADIXLM_BENCH_THREADS ?? 2);
+  if (!Number.isInteger(asked) || asked < 1) throw new Error(`RADIXLM_BENCH_THREADS must be a positive integer, not ${process.env.RADIXLM_BENCH_THREADS}`);
+  return asked;
+}
+
 /** radixlm through the npm package's public API on one backend, in a tab of the harness page. */
 export class RadixlmEngine extends TabEngine {
   readonly name: string;

@@ -18,7 +18,7 @@ import { writeFileSync } from "node:fs";
 import path from "node:path";
 import { expect, test } from "@playwright/test";
 import { ttftChart } from "./chart";
-import { benchBackend, describe, RadixlmEngine, runEnvironment, WllamaEngine, type Run, type RunEnvironment } from "./engines";
+import { benchBackend, benchThreads, describe, RadixlmEngine, runEnvironment, WllamaEngine, type Run, type RunEnvironment } from "./engines";
 import { agreement, benchSize, median, percentile, PROTOCOL, resultsDir } from "./protocol";
 
 interface PathTimes {
@@ -69,8 +69,8 @@ test("prefix: TTFT cold, warm and restored, radixlm beside wllama, with correctn
   const check = PROTOCOL.check_tokens;
   // One context: the tabs share the origin's Cache API (the model) and IndexedDB (spilled pages).
   const context = await browser.newContext();
-  const radix = new RadixlmEngine(await context.newPage(), benchBackend());
-  const wllama = new WllamaEngine(await context.newPage());
+  const radix = new RadixlmEngine(await context.newPage(), benchBackend(), benchThreads());
+  const wllama = new WllamaEngine(await context.newPage(), benchThreads());
   const errors: string[] = [];
   for (const page of context.pages()) page.on("pageerror", (e) => errors.push(`${e.name}: ${e.message}`));
 
@@ -231,7 +231,7 @@ function markdown(r: RunEnvironment & {
   const x = (v: number | null) => (v === null ? "—" : `${v.toFixed(1)}×`);
   const lines = [
     `${describe(r)} · ${r.repeats} repeat(s), controls over ${r.checkTokens} greedy tokens`,
-    `radixlm on ${r.radixlmBackend === "cpu" ? `its CPU backend (wasm SIMD, ${r.radixlmThreads} threads)` : "WebGPU"}; wllama (llama.cpp in wasm) on the CPU, ${r.wllamaThreads} threads. First load of the model in this run: radixlm ${r.loadMs.radixlm.toFixed(0)} ms, wllama ${r.loadMs.wllama.toFixed(0)} ms; radixlm after a reload (from the Cache API): ${r.loadMs.radixlmFromCacheMedian.toFixed(0)} ms (median)`,
+    `radixlm on ${r.radixlmBackend === "cpu" ? `its CPU backend (wasm SIMD, ${r.radixlmThreads} thread${r.radixlmThreads === 1 ? "" : "s"})` : "WebGPU"}; wllama (llama.cpp in wasm) on the CPU, ${r.wllamaThreads} thread${r.wllamaThreads === 1 ? "" : "s"}. First load of the model in this run: radixlm ${r.loadMs.radixlm.toFixed(0)} ms, wllama ${r.loadMs.wllama.toFixed(0)} ms; radixlm after a reload (from the Cache API): ${r.loadMs.radixlmFromCacheMedian.toFixed(0)} ms (median)`,
     "",
     "TTFT in ms (median / p95), measured in the page from the request to the first streamed text.",
     "",

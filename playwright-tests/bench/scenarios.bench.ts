@@ -13,7 +13,7 @@
 import { writeFileSync } from "node:fs";
 import path from "node:path";
 import { expect, test, type BrowserContext } from "@playwright/test";
-import { benchBackend, describe, RadixlmEngine, runEnvironment, WllamaEngine, type BenchEngine, type Message, type Run } from "./engines";
+import { benchBackend, benchThreads, describe, RadixlmEngine, runEnvironment, WllamaEngine, type BenchEngine, type Message, type Run } from "./engines";
 import { ttftChart, type Series } from "./chart";
 import { benchSize, PROTOCOL, resultsDir } from "./protocol";
 
@@ -73,8 +73,8 @@ test("scenarios: follow-up, switching, shared system prompt, after a reload — 
   const B = system(HARBOUR.repeat(copies), "You are the harbour's clerk.");
 
   const context: BrowserContext = await browser.newContext();
-  const radix = new RadixlmEngine(await context.newPage(), benchBackend());
-  const wllama = new WllamaEngine(await context.newPage());
+  const radix = new RadixlmEngine(await context.newPage(), benchBackend(), benchThreads());
+  const wllama = new WllamaEngine(await context.newPage(), benchThreads());
   await radix.open();
   await wllama.open();
   const pageSize = await radix.pageSize();
