@@ -28,4 +28,4 @@ echo "== browser tests"
 # The prefix benchmark at its smoke size (one prefix length, one repeat, radixlm beside wllama, every
 # correctness control): it fails if a control fails. Its tables go to test-results/, not results/.
 echo "== browser benchmark, smoke size"
-(cd playwright-tests && RADIXLM_BENCH_SIZE=smoke RADIXLM_BENCH_OUT=test-results/bench-smoke npx --no-install playwright test -c bench.config.ts prefix)
+(cd playwright-tests && RADIXLM_BENCH_SIZE=smoke RADIXLM_BENCH_BACKEND=cpu RADIXLM_BENCH_OUT=test-results/bench-smoke npx --no-install playwright test -c bench.config.ts prefix)

@@ -6,8 +6,8 @@ export interface Series {
   name: string;
   color: string;
   dashed?: boolean;
-  /** Points only (requests of a scenario), hollow for the peer. */
-  markers?: "filled" | "hollow";
+  /** Points only (requests of a scenario): filled or square for radixlm's backends, hollow for the peer. */
+  markers?: "filled" | "hollow" | "square";
   /** [prefix tokens, TTFT ms], in increasing prefix order. */
   points: Array<[number, number]>;
 }
@@ -51,10 +51,12 @@ export function ttftChart(title: string, series: Series[], xLabel = "prefix toke
     const dash = s.dashed ? ` stroke-dasharray="6 4"` : "";
     const dot = s.markers === "hollow" ? `fill="#ffffff" stroke="${s.color}" stroke-width="2"` : `fill="${s.color}"`;
     if (!s.markers) out.push(`<polyline fill="none" stroke="${s.color}" stroke-width="2.5"${dash} points="${pts.map(([x, y]) => `${px(x).toFixed(1)},${py(y).toFixed(1)}`).join(" ")}"/>`);
-    for (const [x, y] of pts) out.push(`<circle cx="${px(x).toFixed(1)}" cy="${py(y).toFixed(1)}" r="${s.markers ? 4.5 : 3.5}" ${dot}/>`);
+    const marker = (x: number, y: number, r: number) =>
+      s.markers === "square" ? `<rect x="${(x - r).toFixed(1)}" y="${(y - r).toFixed(1)}" width="${2 * r}" height="${2 * r}" ${dot}/>` : `<circle cx="${x.toFixed(1)}" cy="${y.toFixed(1)}" r="${r}" ${dot}/>`;
+    for (const [x, y] of pts) out.push(marker(px(x), py(y), s.markers ? 4.5 : 3.5));
     const ly = M.top + 10 + i * 22;
     const key = s.markers
-      ? `<circle cx="${W - M.right + 30}" cy="${ly}" r="4.5" ${dot}/>`
+      ? marker(W - M.right + 30, ly, 4.5)
       : `<line x1="${W - M.right + 16}" x2="${W - M.right + 44}" y1="${ly}" y2="${ly}" stroke="${s.color}" stroke-width="2.5"${dash}/>`;
     out.push(key, `<text x="${W - M.right + 50}" y="${ly + 4}">${esc(s.name)}</text>`);
   });

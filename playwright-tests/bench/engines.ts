@@ -76,13 +76,16 @@ abstract class TabEngine implements BenchEngine {
 export type RadixlmBackend = "webgpu" | "cpu";
 
 /**
- * The radixlm backend the prefix and scenario benchmarks run (`RADIXLM_BENCH_BACKEND`): the CPU
- * by default, the faster one on a machine whose only GPU is a software one.
+ * The radixlm backends the prefix and scenario benchmarks run, each beside the other and wllama in
+ * the same run (`RADIXLM_BENCH_BACKEND`: "cpu", "webgpu" or "cpu,webgpu", the default).
  */
-export function benchBackend(): RadixlmBackend {
-  const asked = process.env.RADIXLM_BENCH_BACKEND ?? "cpu";
-  if (asked !== "cpu" && asked !== "webgpu") throw new Error(`RADIXLM_BENCH_BACKEND must be "cpu" or "webgpu", not ${asked}`);
-  return asked;
+export function benchBackends(): RadixlmBackend[] {
+  const asked = (process.env.RADIXLM_BENCH_BACKEND ?? "cpu,webgpu").split(",").map((b) => b.trim());
+  const known = (b: string): b is RadixlmBackend => b === "cpu" || b === "webgpu";
+  if (asked.length === 0 || !asked.every(known) || new Set(asked).size !== asked.length) {
+    throw new Error(`RADIXLM_BENCH_BACKEND must be "cpu", "webgpu" or "cpu,webgpu", not ${process.env.RADIXLM_BENCH_BACKEND}`);
+  }
+  return asked as RadixlmBackend[];
 }
 
 /** The CPU threads of both engines in the prefix and scenario benchmarks (`RADIXLM_BENCH_THREADS`, 2 by default). */

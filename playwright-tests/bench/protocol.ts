@@ -21,12 +21,19 @@ export const PROTOCOL: Protocol = JSON.parse(readFileSync(path.join(REPO_ROOT, "
 /**
  * The run's size: RADIXLM_BENCH_SIZE=smoke (what the test command runs: one prefix length, one
  * repeat, every control) or full (the protocol's lengths and repeats; RADIXLM_BENCH_LONG=1 adds
- * the long lengths).
+ * the long lengths, RADIXLM_BENCH_REPEATS sets the repeats).
  */
 export function benchSize(): { prefixLens: number[]; repeats: number; smoke: boolean } {
   if (process.env.RADIXLM_BENCH_SIZE === "smoke") return { prefixLens: [PROTOCOL.prefix_lens[0] ?? 128], repeats: 1, smoke: true };
   const long = process.env.RADIXLM_BENCH_LONG === "1" ? PROTOCOL.long_prefix_lens : [];
-  return { prefixLens: [...PROTOCOL.prefix_lens, ...long], repeats: PROTOCOL.repeats, smoke: false };
+  return { prefixLens: [...PROTOCOL.prefix_lens, ...long], repeats: benchRepeats(), smoke: false };
+}
+
+/** The full run's repeats: the protocol's, or `RADIXLM_BENCH_REPEATS` (a software GPU makes each one long). */
+function benchRepeats(): number {
+  const asked = Number(process.env.RADIXLM_BENCH_REPEATS ?? PROTOCOL.repeats);
+  if (!Number.isInteger(asked) || asked < 1) throw new Error(`RADIXLM_BENCH_REPEATS must be a positive integer, not ${process.env.RADIXLM_BENCH_REPEATS}`);
+  return asked;
 }
 
 /** Where results go: results/ (committed), or RADIXLM_BENCH_OUT (the test command's smoke run). */
