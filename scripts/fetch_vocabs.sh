@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Fetches llama.cpp's vocab-only GGUFs for the llama-bpe (Llama 3.x) and qwen2 pre-tokenizers,
+# Fetches llama.cpp's vocab-only GGUFs for the llama-bpe (Llama 3.x) and qwen2 pre-tokenizers and
+# for the llama-spm (Llama 2 SentencePiece) vocabulary,
 # with their test strings (.inp) and llama.cpp's token ids for them (.out), into models/vocab/.
 # They ship inside the llama-cpp-python 0.3.36 source distribution on PyPI (MIT, llama.cpp's
 # LICENSE is copied beside them); the archive and every file are checked against sha256.
@@ -15,7 +16,10 @@ be0a11f7071f0c67d3053a2d377d8f35f0dbcb77ff11a60300fb57d36b477cf0  ggml-vocab-lla
 118abf2034a197fc5c9dec5204dfdeee7004c7c70952ae577f66b99e212fab9b  ggml-vocab-llama-bpe.gguf.out
 44c2f46b715f585c6ab513970e8a006bfa5badd6108560054921cf598d154d8c  ggml-vocab-qwen2.gguf
 be0a11f7071f0c67d3053a2d377d8f35f0dbcb77ff11a60300fb57d36b477cf0  ggml-vocab-qwen2.gguf.inp
-de785bb305cc6fa9d43908ed5da337f853c0b79e971348fcfb9f0915a39c5363  ggml-vocab-qwen2.gguf.out"
+de785bb305cc6fa9d43908ed5da337f853c0b79e971348fcfb9f0915a39c5363  ggml-vocab-qwen2.gguf.out
+16c3724582d59aa8bf84711894e833f916ee46a31d80e21312759c48bf8d0e69  ggml-vocab-llama-spm.gguf
+be0a11f7071f0c67d3053a2d377d8f35f0dbcb77ff11a60300fb57d36b477cf0  ggml-vocab-llama-spm.gguf.inp
+ad6905c925c49c022974fe67e030382e8a4f56eb4489a0b9481dcedb1ec73b29  ggml-vocab-llama-spm.gguf.out"
 
 verified() { (cd "$1" && echo "$FILES" | sha256sum --check --status) 2>/dev/null && [ -f "$1/LICENSE" ]; }
 

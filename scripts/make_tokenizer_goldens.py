@@ -1,8 +1,13 @@
 #!/usr/bin/env python3
-"""Writes crate/tests/fixtures/tokenizer_golden.json: llama.cpp's token ids for a set of
-strings, a checksum of every token's bytes, and chat-template renderings by Python jinja2.
+"""Writes a model's tokenizer goldens: llama.cpp's token ids for a set of strings, a checksum of
+every token's bytes, and chat-template renderings by Python jinja2 (when the model has a
+template). The strings probe byte-level BPE pre-tokenizers and SentencePiece vocabularies alike:
+whitespace runs, byte fallback, CJK, emoji, both families' special tokens.
 
-Usage: python3 scripts/make_tokenizer_goldens.py [model.gguf]
+Usage: python3 scripts/make_tokenizer_goldens.py [model.gguf out.json]
+  default: models/SmolLM2-135M-Instruct.Q4_1.gguf -> crate/tests/fixtures/tokenizer_golden.json
+  python3 scripts/make_tokenizer_goldens.py models/gemma-3-270m/gemma-3-270m-q4_k_m.gguf \
+      crate/tests/fixtures/gemma3_tokenizer_golden.json
 Needs llama-cpp-python (vocab_only load, no weights are read) and, for the chat part, jinja2.
 """
 import json
@@ -14,7 +19,7 @@ import llama_cpp
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 MODEL = pathlib.Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
-OUT = ROOT / "crate" / "tests" / "fixtures" / "tokenizer_golden.json"
+OUT = pathlib.Path(sys.argv[2]) if len(sys.argv) > 2 else ROOT / "crate" / "tests" / "fixtures" / "tokenizer_golden.json"
 
 # Ids per checksum chunk, so a mismatch points at a range of the vocabulary.
 CHUNK = 1024
@@ -59,6 +64,14 @@ STRINGS = [
     "<|im_start |> not special <|im_end",
     "<im_start> and |im_end| look alike",
     "<<|im_start|>>",
+    "<start_of_turn>user\nhi<end_of_turn>\n<start_of_turn>model\n",
+    "<bos><eos><unused0>[multimodal]<table><td>x</td></table><pad>",
+    "<start_of_turn  > almost <end_of_turn",
+    "a  b   c    d     e\n\n\n\nf\t\t\tg",
+    "\u2581 is the escaped space, \u2581\u2581 twice",
+    "control \x01\x02\x1f\x7f bytes",
+    "private use \ue000\uf8ff and rare \U00020000\U0002a6a5 han",
+    "Ⅻ ½ ¾ ₂ ∑ ∞ ≠ ≤ ℃",
     "!!!???...,,,;;;",
     "$100 + 50% = ~¥ | ^ < > =",
     "x" * 64,
@@ -75,7 +88,8 @@ STRINGS = [
 FRAGMENTS = list("abcXYZ '\"\t\n\r  0123456789.,!?-_()[]{}<>|/\\$%^~=+") + [
     "'s", "'t", "'ll", "'RE", "é", "ü", "ß", "日", "本", "😀", "👍🏽", "\u200d", "مر", "Ж",
     "\u00a0", "\u3000", "<|im_start|>", "<|im_end|>", "<|endoftext|>", "<|im_", "ing", "the",
-    " the", "\r\n", "   ", "1234",
+    " the", "\r\n", "   ", "1234", "<start_of_turn>", "<end_of_turn>", "<bos>", "\x01", "\ue000",
+    "\U0002a6a5", "\u2581", "\n\n",
 ]
 N_RANDOM = 300
 
@@ -189,7 +203,7 @@ def main() -> None:
         "checksum_chunk": CHUNK,
         "token_checksums": token_checksums(llm),
         "strings": strings,
-        "chat": chat_goldens(meta["tokenizer.chat_template"], bos, eos),
+        "chat": chat_goldens(meta["tokenizer.chat_template"], bos, eos) if "tokenizer.chat_template" in meta else [],
     }
     OUT.write_text(to_json(golden))
     print(f"wrote {OUT} ({len(strings)} strings, {len(golden['chat'])} chat renderings)")

@@ -46,3 +46,4 @@ done
 
 scripts/fetch_model.sh
 scripts/fetch_vocabs.sh
+scripts/fetch_gemma3.sh

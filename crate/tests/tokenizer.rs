@@ -1,7 +1,9 @@
-//! The tokenizer and chat template of the real SmolLM2 file against llama.cpp's ids and
-//! Python jinja2's renderings (tests/fixtures/tokenizer_golden.json, written by
-//! scripts/make_tokenizer_goldens.py: ~40 chosen strings then 300 random ones built from
-//! fragments that probe the pre-tokenizer), plus error cases on small hand-built GGUF files.
+//! The tokenizers of the real SmolLM2 (byte-level BPE) and Gemma 3 (SentencePiece BPE) files
+//! against llama.cpp's ids, and SmolLM2's chat template against Python jinja2's renderings
+//! (tests/fixtures/tokenizer_golden.json and gemma3_tokenizer_golden.json, written by
+//! scripts/make_tokenizer_goldens.py: ~50 chosen strings then 300 random ones built from
+//! fragments that probe pre-tokenizers, whitespace runs, byte fallback and special tokens), plus
+//! llama.cpp's own vocab tests and error cases on small hand-built GGUF files.
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -11,7 +13,8 @@ use radixlm::gguf::{GgufFile, GgufWriter, MetaValue};
 use radixlm::tokenizer::{ChatTemplate, Message, StreamDecoder, Tokenizer, TokenizerError};
 use serde::Deserialize;
 
-const MODEL: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+const SMOLLM: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+const GEMMA3: &str = "gemma-3-270m/gemma-3-270m-q4_k_m.gguf";
 
 #[derive(Deserialize)]
 struct Golden {
@@ -38,63 +41,94 @@ struct GoldenChat {
     rendered: String,
 }
 
-fn golden() -> &'static Golden {
-    static GOLDEN: OnceLock<Golden> = OnceLock::new();
-    GOLDEN.get_or_init(|| {
-        let text = include_str!("fixtures/tokenizer_golden.json");
-        serde_json::from_str(text).expect("tokenizer_golden.json parses")
-    })
+/// A real model's tokenizer beside llama.cpp's goldens for it.
+struct Case {
+    name: &'static str,
+    bytes: Vec<u8>,
+    golden: Golden,
+    tokenizer: Tokenizer,
 }
 
-fn model_bytes() -> &'static [u8] {
-    static BYTES: OnceLock<Vec<u8>> = OnceLock::new();
-    BYTES.get_or_init(|| {
-        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models").join(MODEL);
-        std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e} (fetch the model first)", path.display()))
-    })
+impl Case {
+    fn load(file: &'static str, golden: &str) -> Self {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models").join(file);
+        let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e} (scripts/setup.sh fetches it)", path.display()));
+        let golden: Golden = serde_json::from_str(golden).expect("the golden file parses");
+        let start = Instant::now();
+        let tokenizer = Tokenizer::from_gguf(&GgufFile::parse(&bytes).expect("model parses")).expect("tokenizer builds");
+        eprintln!("{file}: tokenizer built in {:?}", start.elapsed());
+        Self { name: file, bytes, golden, tokenizer }
+    }
+
+    fn file(&self) -> GgufFile<'_> {
+        GgufFile::parse(&self.bytes).unwrap()
+    }
+}
+
+fn smollm() -> &'static Case {
+    static CASE: OnceLock<Case> = OnceLock::new();
+    CASE.get_or_init(|| Case::load(SMOLLM, include_str!("fixtures/tokenizer_golden.json")))
+}
+
+fn gemma3() -> &'static Case {
+    static CASE: OnceLock<Case> = OnceLock::new();
+    CASE.get_or_init(|| Case::load(GEMMA3, include_str!("fixtures/gemma3_tokenizer_golden.json")))
+}
+
+fn golden() -> &'static Golden {
+    &smollm().golden
 }
 
 fn model_file() -> GgufFile<'static> {
-    GgufFile::parse(model_bytes()).expect("model parses")
+    smollm().file()
 }
 
 fn tokenizer() -> &'static Tokenizer {
-    static TOKENIZER: OnceLock<Tokenizer> = OnceLock::new();
-    TOKENIZER.get_or_init(|| Tokenizer::from_gguf(&model_file()).expect("tokenizer builds"))
+    &smollm().tokenizer
 }
 
 #[test]
 fn loads_with_the_model_special_ids() {
-    let file = model_file();
-    let start = Instant::now();
-    let tok = Tokenizer::from_gguf(&file).unwrap();
-    eprintln!("tokenizer built in {:?}", start.elapsed());
-    let g = golden();
-    assert_eq!(tok.vocab_size(), g.n_vocab);
-    assert_eq!(tok.bos_id(), Some(g.bos_id));
-    assert_eq!(tok.eos_id(), g.eos_id);
-    assert!(!tok.adds_bos(), "SmolLM2 has tokenizer.ggml.add_bos_token = false");
+    for case in [smollm(), gemma3()] {
+        let (tok, g) = (&case.tokenizer, &case.golden);
+        assert_eq!(tok.vocab_size(), g.n_vocab, "{}", case.name);
+        assert_eq!(tok.bos_id(), Some(g.bos_id), "{}", case.name);
+        assert_eq!(tok.eos_id(), g.eos_id, "{}", case.name);
+    }
+    assert!(!smollm().tokenizer.adds_bos(), "SmolLM2 has tokenizer.ggml.add_bos_token = false");
     // EOS is <|im_end|>; llama.cpp also stops on <|endoftext|>.
-    assert_eq!(tok.stop_ids(), &[2, 0]);
+    assert_eq!(smollm().tokenizer.stop_ids(), &[2, 0]);
+    // Gemma 3: BOS <bos> is added; generation ends at <eos> and at <end_of_turn>.
+    assert!(gemma3().tokenizer.adds_bos());
+    assert_eq!(gemma3().tokenizer.stop_ids(), &[1, 106]);
 }
 
-#[test]
-fn ids_match_llama_cpp() {
-    let tok = tokenizer();
+fn check_ids(case: &Case) {
+    let tok = &case.tokenizer;
     let mut failures = Vec::new();
-    for s in &golden().strings {
+    for s in &case.golden.strings {
         let ids = tok.encode(&s.text, false).unwrap();
         if ids != s.ids {
             failures.push(format!("{:?}\n   got  {ids:?}\n   want {:?}", s.text, s.ids));
         }
     }
-    assert!(failures.is_empty(), "{} of {} strings differ:\n{}", failures.len(), golden().strings.len(), failures.join("\n"));
+    assert!(failures.is_empty(), "{}: {} of {} strings differ:\n{}", case.name, failures.len(), case.golden.strings.len(), failures.join("\n"));
 }
 
 #[test]
-fn every_token_has_llama_cpp_bytes() {
-    let tok = tokenizer();
-    let g = golden();
+fn ids_match_llama_cpp() {
+    check_ids(smollm());
+}
+
+#[test]
+fn gemma3_ids_match_llama_cpp() {
+    check_ids(gemma3());
+    // BOS comes first when asked for.
+    assert_eq!(gemma3().tokenizer.encode("hi", true).unwrap()[0], 2);
+}
+
+fn check_token_bytes(case: &Case) {
+    let (tok, g) = (&case.tokenizer, &case.golden);
     assert_eq!(g.token_checksums.len(), g.n_vocab.div_ceil(g.checksum_chunk));
     for (chunk, want) in g.token_checksums.iter().enumerate() {
         let start = chunk * g.checksum_chunk;
@@ -106,39 +140,55 @@ fn every_token_has_llama_cpp_bytes() {
                 h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
             }
         }
-        assert_eq!(&format!("{h:016x}"), want, "token bytes differ from llama.cpp's in ids {ids:?}");
+        assert_eq!(&format!("{h:016x}"), want, "{}: token bytes differ from llama.cpp's in ids {ids:?}", case.name);
     }
     assert!(matches!(tok.token_bytes(g.n_vocab as u32), Err(TokenizerError::UnknownTokenId { .. })));
 }
 
 #[test]
-fn decode_inverts_encode() {
-    let tok = tokenizer();
-    for s in &golden().strings {
+fn every_token_has_llama_cpp_bytes() {
+    check_token_bytes(smollm());
+    check_token_bytes(gemma3());
+}
+
+/// `spaces_from_u2581`: a SentencePiece vocabulary writes spaces as U+2581, so a literal U+2581
+/// in the text comes back as a space (in llama.cpp too).
+fn check_decode(case: &Case, spaces_from_u2581: bool) {
+    let tok = &case.tokenizer;
+    for s in &case.golden.strings {
         let ids = tok.encode(&s.text, false).unwrap();
-        assert_eq!(tok.decode(&ids).unwrap(), s.text);
-        assert_eq!(tok.decode(&s.ids).unwrap(), s.detokenized, "llama.cpp detokenizes {:?} differently", s.text);
+        let want = if spaces_from_u2581 { s.text.replace('\u{2581}', " ") } else { s.text.clone() };
+        assert_eq!(tok.decode(&ids).unwrap(), want, "{}", case.name);
+        assert_eq!(tok.decode(&s.ids).unwrap(), s.detokenized, "{}: llama.cpp detokenizes {:?} differently", case.name, s.text);
     }
-    assert!(tok.decode(&[0, 49152]).is_err());
+    assert!(tok.decode(&[0, case.golden.n_vocab as u32]).is_err());
+}
+
+#[test]
+fn decode_inverts_encode() {
+    check_decode(smollm(), false);
+    check_decode(gemma3(), true);
 }
 
 #[test]
 fn stream_decoding_never_splits_a_character() {
-    let tok = tokenizer();
-    let mut split_characters = 0;
-    for s in &golden().strings {
-        let mut decoder = StreamDecoder::new();
-        let mut text = String::new();
-        for &id in &s.ids {
-            split_characters += usize::from(std::str::from_utf8(tok.token_bytes(id).unwrap()).is_err());
-            let piece = decoder.push(tok, id).unwrap();
-            assert!(!piece.contains('\u{FFFD}'), "{:?}: U+FFFD after id {id}", s.text);
-            text.push_str(&piece);
+    for case in [smollm(), gemma3()] {
+        let tok = &case.tokenizer;
+        let mut split_characters = 0;
+        for s in &case.golden.strings {
+            let mut decoder = StreamDecoder::new();
+            let mut text = String::new();
+            for &id in &s.ids {
+                split_characters += usize::from(std::str::from_utf8(tok.token_bytes(id).unwrap()).is_err());
+                let piece = decoder.push(tok, id).unwrap();
+                assert!(!piece.contains('\u{FFFD}'), "{}: {:?}: U+FFFD after id {id}", case.name, s.text);
+                text.push_str(&piece);
+            }
+            text.push_str(&decoder.finish());
+            assert_eq!(text, tok.decode(&s.ids).unwrap());
         }
-        text.push_str(&decoder.finish());
-        assert_eq!(text, tok.decode(&s.ids).unwrap());
+        assert!(split_characters > 0, "{}: no golden string has a character split across tokens", case.name);
     }
-    assert!(split_characters > 0, "no golden string has a character split across tokens");
 }
 
 #[test]
@@ -257,9 +307,9 @@ fn small_vocabulary_merges_and_adds_bos() {
 
 #[test]
 fn unsupported_model_is_a_clear_error() {
-    let err = small_tokenizer("llama", Some("default"), false).unwrap_err();
-    assert_eq!(err, TokenizerError::UnsupportedModel("llama".into()));
-    assert!(err.to_string().contains("\"llama\""), "{err}");
+    let err = small_tokenizer("bert", Some("default"), false).unwrap_err();
+    assert_eq!(err, TokenizerError::UnsupportedModel("bert".into()));
+    assert!(err.to_string().contains("\"bert\"") && err.to_string().contains("\"llama\""), "{err}");
 }
 
 #[test]
@@ -338,11 +388,11 @@ struct GoldenIds {
 }
 
 #[test]
-fn special_tokens_among_text_match_llama_cpp_for_llama3_and_qwen2() {
+fn special_tokens_among_text_match_llama_cpp_for_llama3_qwen2_and_llama2() {
     // scripts/make_vocab_goldens.py: each vocabulary's own special tokens become one id, the
     // other family's (and near misses) are text.
     let goldens: VocabGoldens = serde_json::from_str(include_str!("fixtures/vocab_goldens.json")).unwrap();
-    assert_eq!(goldens.vocabs.len(), 2);
+    assert_eq!(goldens.vocabs.len(), 3);
     for (name, cases) in &goldens.vocabs {
         let bytes = vocab_file(&format!("ggml-vocab-{name}.gguf"));
         let tok = Tokenizer::from_gguf(&GgufFile::parse(&bytes).unwrap()).unwrap();
@@ -350,4 +400,9 @@ fn special_tokens_among_text_match_llama_cpp_for_llama3_and_qwen2() {
             assert_eq!(tok.encode(&case.text, false).unwrap(), case.ids, "{name}: ids of {:?}", case.text);
         }
     }
+}
+
+#[test]
+fn llama_spm_vocabulary_matches_llama_cpp() {
+    check_llama_cpp_vocab("llama-spm");
 }

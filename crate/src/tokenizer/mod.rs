@@ -1,18 +1,21 @@
 //! Text to token ids and back, and chat templates, all from GGUF metadata.
 //!
-//! `bpe` builds a `tokenizers`-crate byte-level BPE from `tokenizer.ggml.*` and decodes ids
-//! to bytes; `pretokenize` chooses the split regexes from `tokenizer.ggml.pre` the way
-//! llama.cpp does, so ids match llama.cpp's; `byte_level` is GPT-2's byte-to-character
-//! table; `stream` turns ids into text one at a time without splitting characters; `chat`
+//! `vocab` reads `tokenizer.ggml.*`, picks the encoder and decodes ids to bytes; `bpe` builds
+//! a `tokenizers`-crate byte-level BPE (`gpt2` vocabularies) and `pretokenize` chooses its
+//! split regexes from `tokenizer.ggml.pre` the way llama.cpp does, so ids match llama.cpp's;
+//! `spm` is llama.cpp's SentencePiece-style BPE (`llama` vocabularies: Llama 2, Mistral,
+//! Gemma); `byte_level` is GPT-2's byte-to-character table; `stream` turns ids into text one at a time without splitting characters; `chat`
 //! renders `tokenizer.chat_template` with minijinja.
 
 mod bpe;
 pub(crate) mod byte_level;
 pub mod chat;
 mod pretokenize;
+mod spm;
 mod stream;
+mod vocab;
 
-pub use bpe::Tokenizer;
+pub use vocab::Tokenizer;
 pub use chat::{ChatTemplate, Message};
 pub use pretokenize::SUPPORTED_PRE;
 pub use stream::StreamDecoder;
@@ -23,7 +26,7 @@ pub use stream::StreamDecoder;
 pub enum TokenizerError {
     #[error("GGUF metadata {key:?} is missing or is not {expected}")]
     Metadata { key: &'static str, expected: &'static str },
-    #[error("unsupported tokenizer.ggml.model {0:?}: radixlm supports only \"gpt2\" (byte-level BPE)")]
+    #[error("unsupported tokenizer.ggml.model {0:?}: radixlm supports \"gpt2\" (byte-level BPE) and \"llama\" (SentencePiece BPE)")]
     UnsupportedModel(String),
     #[error("unsupported tokenizer.ggml.pre {0:?}: radixlm supports {SUPPORTED_PRE}")]
     UnsupportedPre(String),
@@ -39,6 +42,8 @@ pub enum TokenizerError {
     MissingBos,
     #[error("building the BPE tokenizer failed: {0}")]
     Build(String),
+    #[error("the vocabulary has no token for byte 0x{0:02X} (no <0x{0:02X}> byte token)")]
+    NoByteToken(u8),
     #[error("encoding failed: {0}")]
     Encode(String),
     #[error("token id {id} is outside the vocabulary of {vocab_size} tokens")]
