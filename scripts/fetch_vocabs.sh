@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fetches llama.cpp's vocab-only GGUFs for the llama-bpe (Llama 3.x) and qwen2 pre-tokenizers and
 # for the llama-spm (Llama 2 SentencePiece) vocabulary,
-# with their test strings (.inp) and llama.cpp's token ids for them (.out), into models/vocab/.
+# with their test strings (.inp) and llama.cpp's token ids for them (.out), and two chat templates
+# from llama.cpp's collection (Gemma's and Qwen3's), into models/vocab/.
 # They ship inside the llama-cpp-python 0.3.36 source distribution on PyPI (MIT, llama.cpp's
 # LICENSE is copied beside them); the archive and every file are checked against sha256.
 # Nothing is downloaded when the verified files are already present.
@@ -19,7 +20,9 @@ be0a11f7071f0c67d3053a2d377d8f35f0dbcb77ff11a60300fb57d36b477cf0  ggml-vocab-qwe
 de785bb305cc6fa9d43908ed5da337f853c0b79e971348fcfb9f0915a39c5363  ggml-vocab-qwen2.gguf.out
 16c3724582d59aa8bf84711894e833f916ee46a31d80e21312759c48bf8d0e69  ggml-vocab-llama-spm.gguf
 be0a11f7071f0c67d3053a2d377d8f35f0dbcb77ff11a60300fb57d36b477cf0  ggml-vocab-llama-spm.gguf.inp
-ad6905c925c49c022974fe67e030382e8a4f56eb4489a0b9481dcedb1ec73b29  ggml-vocab-llama-spm.gguf.out"
+ad6905c925c49c022974fe67e030382e8a4f56eb4489a0b9481dcedb1ec73b29  ggml-vocab-llama-spm.gguf.out
+ecd6ae513fe103f0eb62e8ab5bfa8d0fe45c1074fa398b089c93a7e70c15cfd6  templates/google-gemma-2-2b-it.jinja
+87a2728cb8dc9fe424d624542f6060ec05a1d285ebbec578bb078900e33396b5  templates/Qwen-Qwen3-0.6B.jinja"
 
 verified() { (cd "$1" && echo "$FILES" | sha256sum --check --status) 2>/dev/null && [ -f "$1/LICENSE" ]; }
 
@@ -49,7 +52,7 @@ fi
 members=$(echo "$FILES" | awk '{print "llama_cpp_python-0.3.36/vendor/llama.cpp/models/" $2}')
 tar xzf "$tmp/$SDIST" -C "$tmp" llama_cpp_python-0.3.36/vendor/llama.cpp/LICENSE $members
 mkdir -p "$tmp/out"
-cp "$tmp"/llama_cpp_python-0.3.36/vendor/llama.cpp/models/* "$tmp"/llama_cpp_python-0.3.36/vendor/llama.cpp/LICENSE "$tmp/out/"
+cp -r "$tmp"/llama_cpp_python-0.3.36/vendor/llama.cpp/models/* "$tmp"/llama_cpp_python-0.3.36/vendor/llama.cpp/LICENSE "$tmp/out/"
 if ! verified "$tmp/out"; then
   echo "fetch_vocabs: the vocab files failed their sha256 check; not installed" >&2
   exit 1

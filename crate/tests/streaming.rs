@@ -189,3 +189,14 @@ on_each_backend!(the_default_model_streamed_in_network_sized_chunks_equals_the_o
     assert_eq!(engine.fingerprint, fingerprint(&GgufFile::parse(&bytes).unwrap()));
     assert_eq!(logits(&mut engine, &prompt), want, "logits differ from the one-shot load");
 });
+
+on_each_backend!(a_model_without_a_chat_template_refuses_chats_and_completes_prompts, |backend: Backend| {
+    let bytes = SyntheticSpec { chat_template: false, ..SyntheticSpec::tiny() }.to_gguf();
+    let mut engine = backend.try_load(&bytes, &EngineOptions::default()).unwrap();
+    let params = SamplingParams::greedy(8);
+    let err = engine.start_chat(&mut Sequence::default(), &[Message::new("user", "hi")], &params).err().expect("a chat needs a template");
+    assert!(matches!(err, EngineError::NoChatTemplate), "{err:?}");
+    assert!(err.to_string().contains("no chat template") && err.to_string().contains("completions"), "{err}");
+    let prompt = engine.tokenizer.encode("The lighthouse keeper", true).unwrap();
+    assert_eq!(common::run_greedy(&mut engine, &prompt, 8).tokens.len(), 8);
+});

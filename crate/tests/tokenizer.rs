@@ -361,18 +361,48 @@ fn qwen2_pre_tokenizer_matches_llama_cpp() {
 
 #[derive(Deserialize)]
 struct ChatGoldens {
-    cases: Vec<GoldenChat>,
+    templates: Vec<TemplateGoldens>,
+}
+
+#[derive(Deserialize)]
+struct TemplateGoldens {
+    template_of: String,
+    bos_token: String,
+    eos_token: String,
+    cases: Vec<TemplateCase>,
+}
+
+#[derive(Deserialize)]
+struct TemplateCase {
+    messages: Vec<Message>,
+    add_generation_prompt: bool,
+    rendered: Option<String>,
+    /// The template's own refusal (`raise_exception`), instead of a rendering.
+    raises: Option<String>,
 }
 
 #[test]
-fn qwen2_chat_template_renders_as_jinja2_does() {
-    // scripts/make_chat_goldens.py: Qwen2's template from llama.cpp's vocab file, by jinja2.
-    let bytes = vocab_file("ggml-vocab-qwen2.gguf");
-    let template = ChatTemplate::from_gguf(&GgufFile::parse(&bytes).unwrap()).unwrap().expect("qwen2's vocab carries a chat template");
+fn chat_templates_render_as_jinja2_does() {
+    // scripts/make_chat_goldens.py: Qwen2's template from llama.cpp's vocab file, Gemma's and
+    // Qwen3's from llama.cpp's template collection, rendered by jinja2 as transformers does.
     let goldens: ChatGoldens = serde_json::from_str(include_str!("fixtures/chat_goldens.json")).unwrap();
-    assert!(goldens.cases.len() >= 8);
-    for case in &goldens.cases {
-        assert_eq!(template.render(&case.messages, case.add_generation_prompt).unwrap(), case.rendered, "{:?}", case.messages);
+    assert_eq!(goldens.templates.len(), 3);
+    for t in &goldens.templates {
+        let bytes = vocab_file(&t.template_of);
+        let template = if t.template_of.ends_with(".gguf") {
+            ChatTemplate::from_gguf(&GgufFile::parse(&bytes).unwrap()).unwrap().expect("qwen2's vocab carries a chat template")
+        } else {
+            ChatTemplate::new(std::str::from_utf8(&bytes).unwrap(), t.bos_token.clone(), t.eos_token.clone()).unwrap()
+        };
+        assert!(t.cases.len() >= 10);
+        for case in &t.cases {
+            let got = template.render(&case.messages, case.add_generation_prompt);
+            match (&case.rendered, &case.raises) {
+                (Some(want), None) => assert_eq!(got.as_ref(), Ok(want), "{}: {:?}", t.template_of, case.messages),
+                (None, Some(message)) => assert_eq!(got, Err(TokenizerError::TemplateRaised(message.clone())), "{}: {:?}", t.template_of, case.messages),
+                _ => panic!("{}: a case must have a rendering or a refusal", t.template_of),
+            }
+        }
     }
 }
 

@@ -53,7 +53,7 @@ pub enum EngineError {
     Cache(#[from] CacheError),
     #[error("the prompt is empty")]
     EmptyPrompt,
-    #[error("the model has no chat template (tokenizer.chat_template)")]
+    #[error("the model has no chat template (no tokenizer.chat_template in its GGUF): send it completions with a prompt instead")]
     NoChatTemplate,
     #[error("the model loader already failed; start a new load")]
     LoaderFailed,

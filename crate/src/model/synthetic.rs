@@ -29,6 +29,8 @@ pub struct SyntheticSpec {
     pub rope_base: f32,
     /// Llama 3.x's RoPE frequency factors (`rope_freqs.weight`, from Llama 3.2's scaling).
     pub llama3_rope: bool,
+    /// `tokenizer.chat_template` is written (a ChatML template); a base model has none.
+    pub chat_template: bool,
     /// More metadata, written after the rest (keys the writer does not already write).
     pub extra_metadata: Vec<(String, MetaValue)>,
     pub seed: u64,
@@ -53,6 +55,7 @@ impl SyntheticSpec {
             tied_embeddings: true,
             rope_base: 10_000.0,
             llama3_rope: false,
+            chat_template: true,
             extra_metadata: Vec::new(),
             seed: 7,
         }
@@ -82,6 +85,7 @@ impl SyntheticSpec {
             tied_embeddings: true,
             rope_base: 100_000.0,
             llama3_rope: false,
+            chat_template: true,
             extra_metadata: Vec::new(),
             seed: 1,
         }
@@ -107,6 +111,7 @@ impl SyntheticSpec {
             tied_embeddings: true,
             rope_base: 500_000.0,
             llama3_rope: true,
+            chat_template: true,
             extra_metadata: Vec::new(),
             seed: 1,
         }
@@ -139,6 +144,7 @@ impl SyntheticSpec {
             tied_embeddings: true,
             rope_base: 1_000_000.0,
             llama3_rope: false,
+            chat_template: true,
             extra_metadata: Vec::new(),
             seed: 1,
         }
@@ -277,11 +283,13 @@ impl SyntheticSpec {
             .meta_empty_array("tokenizer.ggml.merges", &MetaValue::String(String::new()))
             .meta("tokenizer.ggml.bos_token_id", MetaValue::U32(257))
             .meta("tokenizer.ggml.eos_token_id", MetaValue::U32(258))
-            .meta("tokenizer.ggml.add_bos_token", MetaValue::Bool(false))
-            .meta(
+            .meta("tokenizer.ggml.add_bos_token", MetaValue::Bool(false));
+        if self.chat_template {
+            w.meta(
                 "tokenizer.chat_template",
                 s("{% for m in messages %}{{'<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"),
             );
+        }
     }
 }
 
