@@ -20,12 +20,13 @@ override HEAD_DIM: u32 = 64u;      // with ATTN_IN: RoPE pairs within heads of t
 override PAGE: u32 = 16u;          // with ATTN_IN: tokens per KV page
 override ROPE_NEOX: bool = false;  // with ATTN_IN: RoPE pairs rows i and i + HEAD_DIM / 2 of a head (qwen2)
 override BIAS: bool = false;       // with ATTN_IN: q, k and v have biases (qkv_bias)
+override QK_NORM: bool = false;    // with ATTN_IN: q and k are normalised per head before RoPE (qk_norm.wgsl), see below
 
 @group(0) @binding(0) var<uniform> params: StepParams;
 @group(0) @binding(1) var<uniform> part: Part;
 @group(0) @binding(2) var<storage, read> x: array<f32>;       // (T, K)
 @group(0) @binding(3) var<storage, read> w: array<u32>;       // (part.rows, row_bytes(K)) GGUF blocks
-@group(0) @binding(4) var<storage, read_write> y: array<f32>; // (T, N)
+@group(0) @binding(4) var<storage, read_write> y: array<f32>; // (T, N); with ATTN_IN (T, N_Q), with QK_NORM (T, N_Q + N_KV)
 @group(0) @binding(5) var<storage, read> norm_w: array<f32>;  // (K) with NORM, else unused
 // With ATTN_IN, else unused: the sequence's page table and this layer's f16 caches.
 @group(0) @binding(6) var<storage, read> page_table: array<u32>;    // (pages of the sequence) page ids
@@ -33,11 +34,6 @@ override BIAS: bool = false;       // with ATTN_IN: q, k and v have biases (qkv_
 @group(0) @binding(8) var<storage, read_write> v_cache: array<u32>; // (pages, PAGE, N_KV / 2) f16 pairs
 @group(0) @binding(9) var<uniform> rope_freqs: RopeFreqs;
 @group(0) @binding(10) var<storage, read> qkv_bias: array<f32>; // (N_Q + 2·N_KV) with BIAS, else unused
-
-/// RoPE's angle per position for each pair i of a head, (i / 4, i % 4): gpu/ops/matmul.rs.
-struct RopeFreqs {
-    f: array<vec4<f32>, 32>, // HEAD_DIM / 2 <= 128
-}
 
 // RMSNorm as this product's prologue: rmsnorm(x)·wᵀ = ((x ⊙ norm_w)·wᵀ) / rms(x), so the
 // activations are scaled by norm_w as they are read and each output by 1/rms(x) at the end;
@@ -119,30 +115,6 @@ fn store(t: u32, r: u32, v: f32) {
 // workgroup) always holds both rows of a pair: its rows start even and weight parts hold
 // whole pairs.
 
-/// (a, b) turned by pos · rope_freqs[i].
-fn rope(v: vec2<f32>, pos: u32, i: u32) -> vec2<f32> {
-    let sc = sin_cos(f32(pos) * rope_freqs.f[i / 4u][i % 4u]);
-    return vec2<f32>(v.x * sc.y - v.y * sc.x, v.x * sc.x + v.y * sc.y);
-}
-
-/// (sin x, cos x) to a few f32 ulps for |x| below ~5·10^4 (positions to ~50k): WGSL bounds the
-/// builtins' error only absolutely, by 2^-11 on [-π, π], and SwiftShader's are that coarse.
-/// Cephes' sinf/cosf: x less the nearest multiple j of π/2 (Cody–Waite: π/2 in three parts, the
-/// first two short enough that j times them is exact), polynomials on [-π/4, π/4], then the
-/// quadrant j mod 4 picks and signs them.
-fn sin_cos(x: f32) -> vec2<f32> {
-    let j = round(x * 0.636619772);
-    let y = ((x - j * 1.5703125) - j * 4.8375129699707031e-4) - j * 7.5497899548918821e-8;
-    let z = y * y;
-    let s = ((-1.9515295891e-4 * z + 8.3321608736e-3) * z - 1.6666654611e-1) * z * y + y;
-    let c = ((2.443315711809948e-5 * z - 1.388731625493765e-3) * z + 4.166664568298827e-2) * z * z - 0.5 * z + 1.0;
-    let q = u32(i32(j) & 3);
-    let odd = (q & 1u) == 1u;
-    let sv = select(s, c, odd);
-    let cv = select(c, s, odd);
-    return vec2<f32>(select(sv, -sv, q >= 2u), select(cv, -cv, q == 1u || q == 2u));
-}
-
 // ROPE_NEOX (qwen2): RoPE pairs each row i of a head with row i + HEAD_DIM / 2. The product
 // computes q's and k's rows in an order that makes those pairs adjacent, output row 2i of a head
 // from weight row i and 2i + 1 from i + HEAD_DIM / 2, so the epilogue is the same and q·k over
@@ -167,6 +139,13 @@ fn store_attention_pair(t: u32, r: u32, sum: vec2<f32>) {
     }
     if (row >= N_Q + N_KV) {
         v_cache[kv_slot(pos) + (row - N_Q - N_KV) / 2u] = pack2x16float(v);
+        return;
+    }
+    // QK_NORM: q's and k's rows as they are, for qk_norm.wgsl to normalise each head, rotate
+    // it and write it where it goes.
+    if (QK_NORM) {
+        y[t * (N_Q + N_KV) + row] = v.x;
+        y[t * (N_Q + N_KV) + row + 1u] = v.y;
         return;
     }
     // N_Q is whole heads: row % HEAD_DIM is the row within its head for q and k alike.

@@ -15,7 +15,7 @@ use radixlm::gpu::context::LimitsPolicy;
 use radixlm::gpu::executor::{block_on, open};
 use radixlm::gpu::ops::{KernelShapes, MatmulShape};
 use radixlm::model::reference::{ReferenceCache, ReferenceModel};
-use radixlm::model::synthetic::SyntheticSpec;
+use radixlm::model::synthetic::{SyntheticArch, SyntheticSpec};
 
 fn tokens(n: usize, vocab: usize) -> Vec<u32> {
     (0..n).map(|i| ((i * 7919 + 13) % vocab) as u32).collect()
@@ -100,9 +100,30 @@ on_each_backend!(k_quant_models_match_the_reference, |backend: Backend| {
 on_each_backend!(qwen2_models_match_the_reference, |backend: Backend| {
     // Biases on q, k and v and NEOX RoPE: one q/k/v product, then three (V in Q8_0), on both
     // decode shapes; untied, then tied.
-    let qwen2 = SyntheticSpec { qwen2: true, weight_type: GgmlType::Q5_0, tied_embeddings: false, rope_base: 1_000_000.0, ..SyntheticSpec::tiny() };
+    let qwen2 = SyntheticSpec { arch: SyntheticArch::Qwen2, weight_type: GgmlType::Q5_0, tied_embeddings: false, rope_base: 1_000_000.0, ..SyntheticSpec::tiny() };
     check(backend, qwen2.clone(), EngineOptions { max_batch: 8, ..Default::default() }, 40);
     check(backend, SyntheticSpec { attn_v_type: Some(GgmlType::Q8_0), tied_embeddings: true, ..qwen2.clone() }, EngineOptions { max_batch: 8, kernels: Some(KernelShapes::GPU), ..Default::default() }, 40);
+});
+
+on_each_backend!(heads_wider_than_the_embedding_match_the_reference, |backend: Backend| {
+    // A head width stated in the file (attention.key_length, as Gemma 3's and Qwen3's): queries
+    // 6 × 64 = 384 wide over a 192-wide model, on both decode shapes; then K-quant rows (4 heads
+    // of 128 over 256) with NEOX RoPE and biases as Qwen's.
+    let wide = SyntheticSpec { head_dim: Some(64), ..SyntheticSpec::tiny() };
+    assert_eq!(wide.q_dim(), 2 * wide.n_embd);
+    check(backend, wide.clone(), EngineOptions { max_batch: 8, ..Default::default() }, 40);
+    check(backend, wide, EngineOptions { max_batch: 8, kernels: Some(KernelShapes::GPU), ..Default::default() }, 40);
+    let k_quant = SyntheticSpec { head_dim: Some(128), arch: SyntheticArch::Qwen2, weight_type: GgmlType::Q4_K, embedding_type: GgmlType::Q4_K, ..SyntheticSpec::tiny_256() };
+    check(backend, k_quant, EngineOptions::default(), 21);
+});
+
+on_each_backend!(qwen3_models_match_the_reference, |backend: Backend| {
+    // Per-head q and k norms before NEOX RoPE, heads wider than the embedding (6 × 64 over 192),
+    // no biases: one q/k/v product on both decode shapes, then three (V in Q8_0); untied, tied.
+    let qwen3 = SyntheticSpec { arch: SyntheticArch::Qwen3, head_dim: Some(64), weight_type: GgmlType::Q8_0, tied_embeddings: false, rope_base: 1_000_000.0, ..SyntheticSpec::tiny() };
+    check(backend, qwen3.clone(), EngineOptions { max_batch: 8, ..Default::default() }, 40);
+    check(backend, qwen3.clone(), EngineOptions { max_batch: 8, kernels: Some(KernelShapes::GPU), ..Default::default() }, 40);
+    check(backend, SyntheticSpec { attn_v_type: Some(GgmlType::Q4_0), tied_embeddings: true, ..qwen3 }, EngineOptions::default(), 21);
 });
 
 on_each_backend!(llama3_rope_factors_match_the_reference, |backend: Backend| {

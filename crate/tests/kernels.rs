@@ -236,15 +236,30 @@ fn read_cache(gpu: &Gpu, cache: &wgpu::Buffer, page_table: &[u32], page: usize, 
     out
 }
 
+/// Which model's q/k/v step an attention-input check runs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum QkvStep {
+    /// llama: RoPE on adjacent rows.
+    Llama,
+    /// qwen2: biases on q, k and v, RoPE pairing rows i and i + D/2 of each head.
+    Qwen2,
+    /// qwen3: each head of q and k RMS-normalised and scaled (qk_norm.wgsl), then NEOX RoPE.
+    Qwen3,
+}
+
 #[test]
 fn attention_input_rotates_q_and_k_into_the_kv_pages() {
-    check_attention_input(&TYPES, false, 14);
+    check_attention_input(&TYPES, QkvStep::Llama, 14);
 }
 
 #[test]
 fn attention_input_neox_rope_with_biases() {
-    // qwen2: biases on q, k and v, RoPE pairing rows i and i + D/2 of each head.
-    check_attention_input(&[GgmlType::F32, GgmlType::Q5_0, GgmlType::Q8_0, GgmlType::Q4_K], true, 15);
+    check_attention_input(&[GgmlType::F32, GgmlType::Q5_0, GgmlType::Q8_0, GgmlType::Q4_K], QkvStep::Qwen2, 15);
+}
+
+#[test]
+fn attention_input_with_per_head_q_and_k_norms() {
+    check_attention_input(&[GgmlType::F32, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K], QkvStep::Qwen3, 16);
 }
 
 /// NEOX products emit each head's rows in the order that makes RoPE pairs adjacent: output row
@@ -253,9 +268,12 @@ fn neox_order(x: &[f32], d: usize) -> Vec<f32> {
     x.chunks(d).flat_map(|head| (0..d).map(move |s| head[s / 2 + (s % 2) * (d / 2)])).collect()
 }
 
-/// The fused q/k/v product against the reference: norm, product, (biases), RoPE (llama's or
-/// NEOX) and the KV-page write, for each type, both shapes, one weight and three.
-fn check_attention_input(types: &[GgmlType], qwen2: bool, seed: u64) {
+/// The fused q/k/v product against the reference: norm, product, (biases), (per-head q/k norms,
+/// a second op), RoPE (llama's or NEOX) and the KV-page write, for each type, both shapes, one
+/// weight and three.
+fn check_attention_input(types: &[GgmlType], step_kind: QkvStep, seed: u64) {
+    let (qwen2, qk_norm) = (step_kind == QkvStep::Qwen2, step_kind == QkvStep::Qwen3);
+    let neox = qwen2 || qk_norm;
     let mut rng = SplitMix64(seed);
     let gpu = gpu(LimitsPolicy::Adapter);
     // 3 query heads over 1 KV head of 32 (a GQA group of 3), pages of 16 tokens.
@@ -266,6 +284,8 @@ fn check_attention_input(types: &[GgmlType], qwen2: bool, seed: u64) {
     let (nq, nkv) = (h * d, hkv * d);
     let biases: Vec<Vec<f32>> = [nq, nkv, nkv].iter().map(|&n| randn(&mut rng, n)).collect();
     let bias_buffer = qwen2.then(|| gpu.upload("qkv_bias", f32_bytes(&biases.concat())));
+    let norms: Vec<Vec<f32>> = (0..2).map(|_| randn(&mut rng, d).iter().map(|v| 1.0 + 0.3 * v).collect()).collect();
+    let norm_buffers: Vec<wgpu::Buffer> = norms.iter().map(|n| gpu.upload("qk_norm", f32_bytes(n))).collect();
     let rope_table = RopeTable::new(gpu, &freqs);
     for &ty in types {
         let k = odd_k(ty);
@@ -284,6 +304,12 @@ fn check_attention_input(types: &[GgmlType], qwen2: bool, seed: u64) {
                 reference::add_bias(&mut want_q, &biases[0]);
                 reference::add_bias(&mut want_k, &biases[1]);
                 reference::add_bias(&mut want_v, &biases[2]);
+            }
+            if qk_norm {
+                want_q = reference::rmsnorm(&want_q, &norms[0], 1e-5);
+                want_k = reference::rmsnorm(&want_k, &norms[1], 1e-5);
+            }
+            if neox {
                 reference::rope_neox(&mut want_q, h, d, start, &freqs);
                 reference::rope_neox(&mut want_k, hkv, d, start, &freqs);
                 want_q = neox_order(&want_q, d);
@@ -301,15 +327,22 @@ fn check_attention_input(types: &[GgmlType], qwen2: bool, seed: u64) {
             let apart = [(0, nq, 0), (1, nkv, nq), (2, nkv, nq + nkv)].map(|(i, n, first)| (GpuWeight::upload(gpu, "w", ty, k, n, &weights[i].0).unwrap(), first));
             for (layout, products) in [("one weight", as_one), ("three weights", apart.into())] {
                 let qb = gpu.storage("q", (t * nq * 4) as u64);
+                // With q/k norms the product writes q and k as they are, for QkNorm.
+                let raw = gpu.storage("qk_raw", (t * (nq + nkv) * 4) as u64);
                 let cache_bytes = (pool * page * nkv * 2) as u64;
                 let (kc, vc) = (gpu.storage("k_cache", cache_bytes), gpu.storage("v_cache", cache_bytes));
                 for (w, first_row) in &products {
-                    let at = AttentionInput { n_q: nq, n_kv: nkv, first_row: *first_row, head_dim: d, rope_freqs: &rope_table, rope_neox: qwen2, bias: qwen2, page_size: page };
+                    let at = AttentionInput { n_q: nq, n_kv: nkv, first_row: *first_row, head_dim: d, rope_freqs: &rope_table, rope_neox: neox, bias: qwen2, qk_norm, page_size: page };
                     let op = Matmul::attention_input(gpu, shape, ty, k, w.n, 1e-5, at);
-                    let b = op.bind_attention_input(gpu, &step, &xb, &gb, w, &qb, &ptb, [&kc, &vc], bias_buffer.as_ref());
+                    let b = op.bind_attention_input(gpu, &step, &xb, &gb, w, if qk_norm { &raw } else { &qb }, &ptb, [&kc, &vc], bias_buffer.as_ref());
                     run(gpu, |p| op.encode(p, &b, t as u32));
                 }
-                let what = |out: &str| format!("attention input {} ({layout}, qwen2 {qwen2}) T={t} start={start} {shape:?}: {out}", ty.name());
+                if qk_norm {
+                    let op = QkNorm::new(gpu, nq, nkv, d, page, 1e-5, neox);
+                    let b = op.bind(gpu, &step, &raw, &norm_buffers[0], &norm_buffers[1], &ptb, &qb, &kc, &rope_table);
+                    run(gpu, |p| op.encode(p, &b, t as u32));
+                }
+                let what = |out: &str| format!("attention input {} ({layout}, {step_kind:?}) T={t} start={start} {shape:?}: {out}", ty.name());
                 // The angle's f32 rounding grows with the position (as in the rope bound below);
                 // the caches add f16 rounding (2^-11 relative).
                 let tol = 2e-5 + (start + t) as f32 * 4e-8 + tolerance(shape, t) - 1e-4;
@@ -352,7 +385,7 @@ fn assert_elementwise(what: &str, got: &[f32], want: &[f32], rel: f32, abs: f32)
 fn every_wgsl_file_validates() {
     use wgpu::naga;
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../shaders-wgsl");
-    let shared = ["common.wgsl", "blocks.wgsl", "banned.wgsl", "tile_f32.wgsl", "tile_f16.wgsl", "matvec_subgroup.wgsl"];
+    let shared = ["common.wgsl", "blocks.wgsl", "banned.wgsl", "rope.wgsl", "tile_f32.wgsl", "tile_f16.wgsl", "matvec_subgroup.wgsl"];
     for entry in std::fs::read_dir(dir).unwrap() {
         let name = entry.unwrap().file_name().into_string().unwrap();
         assert!(shared.contains(&name.as_str()) || KERNELS.iter().any(|(f, _)| *f == name), "{name} has no dispatcher in gpu::ops::KERNELS");

@@ -15,7 +15,7 @@ use radixlm::gpu::executor::{block_on, open};
 use radixlm::gpu::ops::KernelShapes;
 use radixlm::kv::spill::dir_store::DirStore;
 use radixlm::kv::spill::SpillFormat;
-use radixlm::model::synthetic::SyntheticSpec;
+use radixlm::model::synthetic::{SyntheticArch, SyntheticSpec};
 use radixlm::model::Config;
 use radixlm::tokenizer::{ChatTemplate, Message};
 
@@ -168,8 +168,12 @@ enum Command {
         #[arg(long)]
         llama3_rope: bool,
         /// qwen2's architecture (biases on q, k and v; NEOX RoPE) in place of llama's.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "qwen3")]
         qwen2: bool,
+        /// qwen3's architecture (per-head q and k norms, NEOX RoPE, heads twice the preset's
+        /// width, as Qwen3's are wider than n_embd / n_heads) in place of llama's.
+        #[arg(long)]
+        qwen3: bool,
         /// Layers (the preset's own when absent).
         #[arg(long)]
         layers: Option<usize>,
@@ -382,7 +386,7 @@ fn run(cli: Cli) -> Result<(), AnyError> {
             print_stats(&gen);
             Ok(())
         }
-        Command::Synth { preset, r#type, untied, llama3_rope, qwen2, layers, out } => {
+        Command::Synth { preset, r#type, untied, llama3_rope, qwen2, qwen3, layers, out } => {
             let mut spec = match preset {
                 SynthPreset::Tiny => SyntheticSpec::tiny(),
                 SynthPreset::Tiny256 => SyntheticSpec::tiny_256(),
@@ -395,7 +399,12 @@ fn run(cli: Cli) -> Result<(), AnyError> {
             if llama3_rope {
                 spec = SyntheticSpec { rope_base: 500_000.0, llama3_rope: true, ..spec };
             }
-            spec.qwen2 |= qwen2;
+            if qwen2 {
+                spec.arch = SyntheticArch::Qwen2;
+            }
+            if qwen3 {
+                spec = SyntheticSpec { arch: SyntheticArch::Qwen3, head_dim: Some(2 * spec.head_dim()), rope_base: 1_000_000.0, ..spec };
+            }
             spec.n_layers = layers.unwrap_or(spec.n_layers).max(1);
             if let Some(ty) = r#type {
                 let base = spec.clone();

@@ -77,16 +77,16 @@ impl CpuBackend {
     pub fn new(cfg: &Config, model: CpuModel, rope_factors: Option<&[f32]>, page_size: usize, n_pages: usize, max_batch: usize, opts: &CpuOptions) -> Result<Self, CpuError> {
         let threads = Threads::new(opts.threads, &opts.spawner).map_err(CpuError::Threads)?;
         let kv = KvPages::new(cfg.n_layers, cfg.kv_dim(), page_size, n_pages).map_err(CpuError::OutOfMemory)?;
-        let (t, c, f) = (max_batch, cfg.n_embd, cfg.n_ff);
-        let qkv_cols = c + 2 * cfg.kv_dim();
+        let (t, c, f, qd) = (max_batch, cfg.n_embd, cfg.n_ff, cfg.q_dim());
+        let qkv_cols = qd + 2 * cfg.kv_dim();
         let scratch = Scratch {
             x: vec![0.0; t * c],
             h: vec![0.0; t * c.max(f)],
             qkv: vec![0.0; t * qkv_cols],
-            q: vec![0.0; t * c],
-            att: vec![0.0; t * c],
+            q: vec![0.0; t * qd],
+            att: vec![0.0; t * qd],
             gu: vec![0.0; t * 2 * f],
-            q16: vec![Q16Block::default(); t * c.max(f) / 32],
+            q16: vec![Q16Block::default(); t * c.max(f).max(qd) / 32],
             rope: vec![(0.0, 0.0); t * cfg.head_dim / 2],
         };
         let rope_freqs = crate::model::rope::freqs(cfg.head_dim, cfg.rope_base, cfg.rope_freq_scale, rope_factors);
@@ -132,8 +132,8 @@ impl CpuBackend {
 
     fn layers<S: Simd>(&mut self, tokens: &[u32], start_pos: usize, pages: &[u32]) {
         let cfg = &self.cfg;
-        let (t, c, f, kvd, d) = (tokens.len(), cfg.n_embd, cfg.n_ff, cfg.kv_dim(), cfg.head_dim);
-        let qkv_cols = c + 2 * kvd;
+        let (t, c, f, kvd, d, qd) = (tokens.len(), cfg.n_embd, cfg.n_ff, cfg.kv_dim(), cfg.head_dim, cfg.q_dim());
+        let qkv_cols = qd + 2 * kvd;
         let s = &mut self.scratch;
         let th = &self.threads;
         // Embedding rows.
@@ -159,16 +159,21 @@ impl CpuBackend {
                 if let Some(b) = &w.qkv_bias {
                     row.iter_mut().zip(b).for_each(|(x, b)| *x += b);
                 }
+                if let Some((nq, nk)) = &w.qk_norm {
+                    let (q, k) = row[..qd + kvd].split_at_mut(qd);
+                    rmsnorm_in_place(q, nq, cfg.rms_eps);
+                    rmsnorm_in_place(k, nk, cfg.rms_eps);
+                }
                 let angles = &s.rope[ti * d / 2..(ti + 1) * d / 2];
-                for head in row[..c + kvd].chunks_exact_mut(d) {
+                for head in row[..qd + kvd].chunks_exact_mut(d) {
                     rope(head, angles, cfg.rope_neox);
                 }
-                s.q[ti * c..(ti + 1) * c].copy_from_slice(&row[..c]);
-                self.kv.write_token(l, pages, start_pos + ti, &row[c..c + kvd], &row[c + kvd..]);
+                s.q[ti * qd..(ti + 1) * qd].copy_from_slice(&row[..qd]);
+                self.kv.write_token(l, pages, start_pos + ti, &row[qd..qd + kvd], &row[qd + kvd..]);
             }
-            attention::<S>(th, &shape, &self.kv, l, pages, start_pos, &s.q[..t * c], &mut s.att[..t * c]);
+            attention::<S>(th, &shape, &self.kv, l, pages, start_pos, &s.q[..t * qd], &mut s.att[..t * qd]);
             // x += attention · woᵀ.
-            product::<S>(th, &[&w.wo], &s.att[..t * c], t, c, &mut s.q16, &mut s.x[..t * c], c, true);
+            product::<S>(th, &[&w.wo], &s.att[..t * qd], t, qd, &mut s.q16, &mut s.x[..t * c], c, true);
             // x += (silu(n · gateᵀ) * (n · upᵀ)) · downᵀ, n = rmsnorm(x).
             rmsnorm(&s.x[..t * c], &w.ffn_norm, cfg.rms_eps, &mut s.h[..t * c]);
             product::<S>(th, &[&w.w_gate, &w.w_up], &s.h[..t * c], t, c, &mut s.q16, &mut s.gu[..t * 2 * f], 2 * f, false);
@@ -233,6 +238,15 @@ fn rmsnorm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
         for ((o, &x), &w) in o.iter_mut().zip(row).zip(w) {
             *o = x * scale * w;
         }
+    }
+}
+
+/// RMS normalisation of each `w.len()`-long piece of `x` in place (q's and k's heads).
+fn rmsnorm_in_place(x: &mut [f32], w: &[f32], eps: f32) {
+    for head in x.chunks_exact_mut(w.len()) {
+        let ms = head.iter().map(|v| v * v).sum::<f32>() / w.len() as f32;
+        let scale = 1.0 / (ms + eps).sqrt();
+        head.iter_mut().zip(w).for_each(|(v, &w)| *v *= scale * w);
     }
 }
 

@@ -7,12 +7,14 @@ use crate::model::{Config, ModelError};
 
 pub struct CpuLayer {
     pub attn_norm: Vec<f32>, // (C)
-    pub wq: CpuWeight,       // (C rows of C)
+    pub wq: CpuWeight,       // (H·D rows of C)
     pub wk: CpuWeight,       // (Hkv·D rows of C)
     pub wv: CpuWeight,       // (Hkv·D rows of C)
-    /// q's, k's and v's biases one after another (qwen2): (C + 2·Hkv·D).
+    /// q's, k's and v's biases one after another (qwen2): (H·D + 2·Hkv·D).
     pub qkv_bias: Option<Vec<f32>>,
-    pub wo: CpuWeight,       // (C rows of C)
+    /// q's and k's per-head norm weights (qwen3): (D) each.
+    pub qk_norm: Option<(Vec<f32>, Vec<f32>)>,
+    pub wo: CpuWeight,       // (C rows of H·D)
     pub ffn_norm: Vec<f32>,  // (C)
     pub w_gate: CpuWeight,   // (F rows of C)
     pub w_up: CpuWeight,     // (F rows of C)
@@ -41,7 +43,9 @@ impl CpuModel {
                 } else {
                     None
                 };
+                let qk_norm = if cfg.qk_norm { Some((f32s(&bytes(take, &n("attn_q_norm"))?), f32s(&bytes(take, &n("attn_k_norm"))?))) } else { None };
                 Ok(CpuLayer {
+                    qk_norm,
                     attn_norm: f32s(&bytes(take, &n("attn_norm"))?),
                     wq: matrix(f, take, &n("attn_q"))?,
                     wk: matrix(f, take, &n("attn_k"))?,

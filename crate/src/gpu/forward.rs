@@ -8,7 +8,7 @@
 
 use crate::gpu::context::Gpu;
 use crate::gpu::ops::{
-    topk, AttentionInput, AttentionPaged, AttentionPlan, AttentionPagedBinding, Embed, EmbedBinding, KernelShapes, Matmul, MatmulBinding, PickParams, RmsNorm, RopeTable,
+    topk, AttentionInput, AttentionPaged, AttentionPlan, AttentionPagedBinding, Embed, EmbedBinding, KernelShapes, Matmul, MatmulBinding, PickParams, QkNorm, QkNormBinding, RmsNorm, RopeTable,
     RmsNormBinding, SiluMul, SiluMulBinding, SplitParams, Top2, Top2Binding, Top2Op, TopKBinding, TopKOp, TOP2_BYTES, TOPK_BYTES,
 };
 use crate::gpu::profile::{OpRole, Profiler, Recorder};
@@ -22,10 +22,11 @@ use crate::engine::EngineError;
 
 /// One layer's ops, each with its bindings (pipelines are shared through the device's
 /// pipeline cache). The RMSNorms are the prologues of the q/k/v and gate/up products; RoPE and
-/// the KV-page write are the epilogue of q/k/v.
+/// the KV-page write are the epilogue of q/k/v (with per-head q/k norms, of `qk_norm`).
 struct Layer {
     /// q, k and v: one product where the weights are one (`AttnIn::Qkv`), else three.
     attn_in: Vec<(Matmul, MatmulBinding)>,
+    qk_norm: Option<(QkNorm, QkNormBinding)>,
     attn: (AttentionPaged, AttentionPagedBinding),
     o: (Matmul, MatmulBinding),
     ffn_in: FfnInput,
@@ -93,7 +94,7 @@ impl Forward {
         max_pages: usize,
         banned: &[u32],
     ) -> Result<Self, EngineError> {
-        let (t, c, f) = (max_batch as u64, cfg.n_embd as u64, cfg.n_ff as u64);
+        let (t, c, f, qd) = (max_batch as u64, cfg.n_embd as u64, cfg.n_ff as u64, cfg.q_dim() as u64);
         let act = |name: &str, cols: u64| gpu.storage(name, t * cols * 4);
         let step = gpu.uniform("step", &StepParams::default());
         let step_last = gpu.uniform("step.last", &StepParams::default());
@@ -101,8 +102,10 @@ impl Forward {
         let page_table = gpu.storage("page_table", max_pages as u64 * 4);
         let split = gpu.uniform("attention.split", &SplitParams::default());
         let x = act("x", c); // (T, C) the residual stream
-        let q = act("q", c); // (T, H·D), rotated
-        let att = act("att", c); // (T, H·D)
+        let q = act("q", qd); // (T, H·D), rotated
+        // With per-head q/k norms, q and k as the product made them: (T, H·D + Hkv·D).
+        let qk_raw = cfg.qk_norm.then(|| act("qk_raw", qd + cfg.kv_dim() as u64));
+        let att = act("att", qd); // (T, H·D)
         let ffn = act("ffn", f); // (T, F)
         // Gate and up outputs apart, only for layers whose weights are apart.
         let apart = w.layers.iter().any(|l| matches!(l.ffn_in, FfnIn::Apart { .. })).then(|| (act("gate", f), act("up", f)));
@@ -119,10 +122,10 @@ impl Forward {
         let embed_b = embed_op.bind(gpu, &step, &ids, &w.token_embd, &x);
         let mut layers = Vec::with_capacity(cfg.n_layers);
         let mut attn_scratch = None;
-        let (n_q, n_kv) = (cfg.n_embd, cfg.kv_dim());
+        let (n_q, n_kv) = (cfg.q_dim(), cfg.kv_dim());
         let rope_freqs = crate::model::rope::freqs(d, cfg.rope_base, cfg.rope_freq_scale, w.rope_factors.as_deref());
         let rope_table = RopeTable::new(gpu, &rope_freqs);
-        let at = |first_row| AttentionInput { n_q, n_kv, first_row, head_dim: d, rope_freqs: &rope_table, rope_neox: cfg.rope_neox, bias: cfg.qkv_bias, page_size: ps };
+        let at = |first_row| AttentionInput { n_q, n_kv, first_row, head_dim: d, rope_freqs: &rope_table, rope_neox: cfg.rope_neox, bias: cfg.qkv_bias, qk_norm: cfg.qk_norm, page_size: ps };
         // x += input · wᵀ: the residual adds of o and down.
         let residual = |input: &wgpu::Buffer, w: &GpuWeight| {
             let op = Matmul::with_shape(gpu, shapes.matmul, w.ty, w.k, w.n, true);
@@ -143,12 +146,21 @@ impl Forward {
                     return Err(EngineError::from(ModelError::BadConfig(format!("layer {i}'s q/k/v weight is split over storage bindings inside a head, which NEOX RoPE cannot serve"))));
                 }
                 let op = Matmul::attention_input(gpu, shapes.matmul, w.ty, w.k, w.n, cfg.rms_eps, at(first_row));
-                let binding = op.bind_attention_input(gpu, &step, &x, &lw.attn_norm, w, &q, &page_table, caches, lw.qkv_bias.as_ref());
+                let binding = op.bind_attention_input(gpu, &step, &x, &lw.attn_norm, w, qk_raw.as_ref().unwrap_or(&q), &page_table, caches, lw.qkv_bias.as_ref());
                 Ok((op, binding))
             };
             let attn_in = match &lw.attn_in {
                 AttnIn::Qkv(w) => vec![attention_input(w, 0)?],
                 AttnIn::Apart { wq, wk, wv } => vec![attention_input(wq, 0)?, attention_input(wk, n_q)?, attention_input(wv, n_q + n_kv)?],
+            };
+            let qk_norm = match (&lw.qk_norm, &qk_raw) {
+                (Some((q_norm, k_norm)), Some(raw)) => {
+                    let op = QkNorm::new(gpu, n_q, n_kv, d, ps, cfg.rms_eps, cfg.rope_neox);
+                    let binding = op.bind(gpu, &step, raw, q_norm, k_norm, &page_table, &q, caches[0], &rope_table);
+                    Some((op, binding))
+                }
+                (None, None) => None,
+                _ => return Err(EngineError::Internal("q/k norm weights without their buffer, or the buffer without them")),
             };
             let attn_op = AttentionPaged::new(gpu, shapes.attention, nh, nkv, d, ps, max_batch);
             // Layers run one after another: they share one scratch buffer for attention's splits.
@@ -169,6 +181,7 @@ impl Forward {
             };
             layers.push(Layer {
                 attn_in,
+                qk_norm,
                 attn: (attn_op, attn_b),
                 o: residual(&att, &lw.wo),
                 ffn_in,
@@ -216,7 +229,7 @@ impl Forward {
 
     /// Ops in one pass of this model, at most: what a profiler must have room for.
     pub fn max_ops(&self) -> usize {
-        1 + 7 * self.layers.len() + 3
+        1 + 8 * self.layers.len() + 3
     }
 
     /// Runs `tokens` (at most `max_batch`) at positions `start_pos..`, writing their K/V into
@@ -319,6 +332,9 @@ impl Forward {
         for layer in &self.layers {
             for (op, b) in &layer.attn_in {
                 rec.op(OpRole::QkvMatmul, b.dispatches(), |p| op.encode(p, b, t));
+            }
+            if let Some((op, b)) = &layer.qk_norm {
+                rec.op(OpRole::QkNorm, 1, |p| op.encode(p, b, t));
             }
             let (attn, attn_b) = &layer.attn;
             rec.op(OpRole::Attention, plan.dispatches(), |p| attn.encode(p, attn_b, t, start_pos, plan));

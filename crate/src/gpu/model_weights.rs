@@ -10,9 +10,11 @@ use crate::engine::EngineError;
 pub struct LayerWeights {
     pub attn_norm: wgpu::Buffer, // (C) f32
     pub attn_in: AttnIn,
-    /// q's, k's and v's biases one after another (qwen2): (C + 2·Hkv·D) f32.
+    /// q's, k's and v's biases one after another (qwen2): (H·D + 2·Hkv·D) f32.
     pub qkv_bias: Option<wgpu::Buffer>,
-    pub wo: GpuWeight,           // (C rows of C)
+    /// q's and k's per-head norm weights (qwen3): (D) f32 each.
+    pub qk_norm: Option<(wgpu::Buffer, wgpu::Buffer)>,
+    pub wo: GpuWeight,           // (C rows of H·D)
     pub ffn_norm: wgpu::Buffer,  // (C) f32
     pub ffn_in: FfnIn,
     pub w_down: GpuWeight, // (C rows of F)
@@ -21,7 +23,7 @@ pub struct LayerWeights {
 /// Attention's q, k and v projections: one weight holding all three (one product) where their
 /// types match and they fit one buffer, else three.
 pub enum AttnIn {
-    /// (C + 2·Hkv·D rows of C): q's rows, then k's, then v's.
+    /// (H·D + 2·Hkv·D rows of C): q's rows, then k's, then v's.
     Qkv(GpuWeight),
     Apart { wq: GpuWeight, wk: GpuWeight, wv: GpuWeight }, // (C, Hkv·D, Hkv·D rows of C)
 }
@@ -128,7 +130,9 @@ impl ModelWeights {
                     None => FfnIn::Apart { gate: matrix(&gate)?, up: matrix(&up)? },
                 };
                 let qkv_bias = if cfg.qkv_bias { Some(biases(i)?) } else { None };
+                let qk_norm = if cfg.qk_norm { Some((vector(&n("attn_q_norm"))?, vector(&n("attn_k_norm"))?)) } else { None };
                 Ok(LayerWeights {
+                    qk_norm,
                     attn_norm: vector(&n("attn_norm"))?,
                     attn_in,
                     qkv_bias,

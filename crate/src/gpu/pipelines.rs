@@ -17,6 +17,7 @@ pub enum OpKind {
     /// matmul.wgsl with matvec_subgroup.wgsl (subgroup operations).
     MatmulSubgroup,
     KvQuant,
+    QkNorm,
     AttentionPaged,
     SiluMul,
     Top2,

@@ -14,6 +14,7 @@ use super::{Gpu, GpuError};
 pub enum OpRole {
     Embed,
     QkvMatmul,
+    QkNorm,
     Attention,
     OutMatmul,
     GateUpMatmul,
@@ -31,6 +32,7 @@ impl OpRole {
         match self {
             OpRole::Embed => "embed",
             OpRole::QkvMatmul => "rmsnorm + q/k/v matmul + rope + kv write",
+            OpRole::QkNorm => "q/k norm + rope + k write",
             OpRole::Attention => "attention",
             OpRole::OutMatmul => "o matmul (+ residual)",
             OpRole::GateUpMatmul => "rmsnorm + gate/up matmul",

@@ -1,10 +1,11 @@
 //! Model configuration from GGUF metadata, and the tensor names of a llama-shaped model: llama
-//! itself (Llama 2/3.x, SmolLM2, ...) and qwen2 (Qwen2/2.5: biases on q, k and v, NEOX RoPE).
+//! itself (Llama 2/3.x, SmolLM2, ...), qwen2 (Qwen2/2.5: biases on q, k and v, NEOX RoPE) and
+//! qwen3 (per-head RMSNorm of q and k before NEOX RoPE, a stated head width, no biases).
 
 use crate::gguf::{GgmlType, GgufError, GgufHeader};
 
 /// Architectures whose tensor layout and forward pass radixlm implements.
-pub const SUPPORTED_ARCHITECTURES: &[&str] = &["llama", "qwen2"];
+pub const SUPPORTED_ARCHITECTURES: &[&str] = &["llama", "qwen2", "qwen3"];
 
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
@@ -29,9 +30,12 @@ pub struct Config {
     pub arch: String,
     /// q, k and v have biases (`attn_q.bias`, ...): qwen2.
     pub qkv_bias: bool,
-    /// RoPE pairs each row i of a head with row i + D/2 (llama.cpp's NEOX mode: qwen2) rather
-    /// than with its neighbour (llama's converter permutes q and k for that).
+    /// RoPE pairs each row i of a head with row i + D/2 (llama.cpp's NEOX mode: qwen2, qwen3)
+    /// rather than with its neighbour (llama's converter permutes q and k for that).
     pub rope_neox: bool,
+    /// Each head of q and of k is RMS-normalised and scaled by `attn_q_norm` / `attn_k_norm`
+    /// (head_dim each) before RoPE: qwen3.
+    pub qk_norm: bool,
     pub n_layers: usize,
     /// Model width (embedding length).
     pub n_embd: usize,
@@ -40,6 +44,8 @@ pub struct Config {
     pub n_heads: usize,
     /// Key/value heads; `n_heads / n_kv_heads` query heads share each (grouped-query attention).
     pub n_kv_heads: usize,
+    /// Each head's width: `attention.key_length` where the file states it (Gemma 3, Qwen3:
+    /// wider than n_embd / n_heads), else n_embd / n_heads.
     pub head_dim: usize,
     pub vocab_size: usize,
     /// Context length the model was trained for.
@@ -95,17 +101,29 @@ impl Config {
             }
             Some(s) => return Err(ModelError::BadConfig(format!("RoPE scaling {s:?} is not supported (none, linear and Llama 3's rope_freqs are)"))),
         };
-        let qwen2 = arch == "qwen2";
+        // A head's width is stated when it is not n_embd / n_heads; keys and values share it.
+        let head_dim = match f.get(&format!("{arch}.attention.key_length")) {
+            Some(_) => {
+                let d = u("attention.key_length")?;
+                if f.get(&format!("{arch}.attention.value_length")).is_some() && u("attention.value_length")? != d {
+                    return Err(ModelError::BadConfig(format!("value heads of {} differ from key heads of {d}: radixlm needs them equal", u("attention.value_length")?)));
+                }
+                d
+            }
+            None if n_heads > 0 && n_embd % n_heads == 0 => n_embd / n_heads,
+            None => return Err(ModelError::BadConfig(format!("embedding length {n_embd} is not divisible by {n_heads} heads and the file states no attention.key_length"))),
+        };
         let cfg = Config {
             arch: arch.into(),
-            qkv_bias: qwen2,
-            rope_neox: qwen2,
+            qkv_bias: arch == "qwen2",
+            rope_neox: arch == "qwen2" || arch == "qwen3",
+            qk_norm: arch == "qwen3",
             n_layers: u("block_count")?,
             n_embd,
             n_ff: u("feed_forward_length")?,
             n_heads,
             n_kv_heads,
-            head_dim: if n_heads > 0 { n_embd / n_heads } else { 0 },
+            head_dim,
             vocab_size,
             n_ctx_train: u("context_length")?,
             rope_base,
@@ -129,14 +147,14 @@ impl Config {
 
     fn validate(&self) -> Result<(), ModelError> {
         let bad = |m: String| Err(ModelError::BadConfig(m));
-        if self.n_layers == 0 || self.n_embd == 0 || self.n_heads == 0 || self.n_kv_heads == 0 {
+        if self.n_layers == 0 || self.n_embd == 0 || self.n_heads == 0 || self.n_kv_heads == 0 || self.head_dim == 0 {
             return bad(format!("zero-sized dimension in {self:?}"));
-        }
-        if self.n_embd % self.n_heads != 0 {
-            return bad(format!("embedding length {} is not divisible by {} heads", self.n_embd, self.n_heads));
         }
         if self.n_heads % self.n_kv_heads != 0 {
             return bad(format!("{} heads are not a multiple of {} KV heads", self.n_heads, self.n_kv_heads));
+        }
+        if self.n_heads.checked_mul(self.head_dim).is_none() || self.n_kv_heads.checked_mul(self.head_dim).is_none() {
+            return bad(format!("{} heads of {} values overflow", self.n_heads, self.head_dim));
         }
         if self.head_dim % 2 != 0 {
             return bad(format!("head dimension {} must be even (RoPE turns pairs)", self.head_dim));
@@ -148,9 +166,16 @@ impl Config {
         self.n_kv_heads * self.head_dim
     }
 
+    /// Width of the queries and of attention's output: every head's (n_embd unless the file
+    /// states a head width).
+    pub fn q_dim(&self) -> usize {
+        self.n_heads * self.head_dim
+    }
+
     /// Every tensor a llama model needs, with its expected ggml shape (row length first).
     pub fn expected_tensors(&self) -> Vec<(String, Vec<u64>)> {
         let (c, f, kv, v) = (self.n_embd as u64, self.n_ff as u64, self.kv_dim() as u64, self.vocab_size as u64);
+        let q = self.q_dim() as u64;
         let mut t = vec![("token_embd.weight".to_string(), vec![c, v]), ("output_norm.weight".into(), vec![c])];
         if !self.tied_embeddings {
             t.push(("output.weight".into(), vec![c, v]));
@@ -162,18 +187,21 @@ impl Config {
             let n = |s: &str| format!("blk.{i}.{s}.weight");
             t.extend([
                 (n("attn_norm"), vec![c]),
-                (n("attn_q"), vec![c, c]),
+                (n("attn_q"), vec![c, q]),
                 (n("attn_k"), vec![c, kv]),
                 (n("attn_v"), vec![c, kv]),
-                (n("attn_output"), vec![c, c]),
+                (n("attn_output"), vec![q, c]),
                 (n("ffn_norm"), vec![c]),
                 (n("ffn_gate"), vec![c, f]),
                 (n("ffn_up"), vec![c, f]),
                 (n("ffn_down"), vec![f, c]),
             ]);
+            if self.qk_norm {
+                t.extend([(n("attn_q_norm"), vec![self.head_dim as u64]), (n("attn_k_norm"), vec![self.head_dim as u64])]);
+            }
             if self.qkv_bias {
                 let b = |s: &str| format!("blk.{i}.{s}.bias");
-                t.extend([(b("attn_q"), vec![c]), (b("attn_k"), vec![kv]), (b("attn_v"), vec![kv])]);
+                t.extend([(b("attn_q"), vec![q]), (b("attn_k"), vec![kv]), (b("attn_v"), vec![kv])]);
             }
         }
         t
@@ -232,6 +260,16 @@ mod tests {
         assert_eq!(config_of(&linear).unwrap().rope_freq_scale, 0.25);
         let err = config_of(&with_meta("llama.rope.scaling.type", MetaValue::String("yarn".into()))).unwrap_err().to_string();
         assert!(err.contains("\"yarn\" is not supported"), "{err}");
+    }
+
+    #[test]
+    fn a_stated_head_width_sets_the_query_width() {
+        let cfg = config_of(&SyntheticSpec { head_dim: Some(64), ..SyntheticSpec::tiny() }).unwrap();
+        assert_eq!((cfg.head_dim, cfg.q_dim(), cfg.kv_dim(), cfg.n_embd), (64, 384, 128, 192));
+        let odd_values = with_meta("llama.attention.value_length", MetaValue::U32(48));
+        let odd_values = SyntheticSpec { head_dim: None, extra_metadata: [odd_values.extra_metadata, vec![("llama.attention.key_length".into(), MetaValue::U32(32))]].concat(), ..SyntheticSpec::tiny() };
+        let err = config_of(&odd_values).unwrap_err().to_string();
+        assert!(err.contains("value heads of 48 differ from key heads of 32"), "{err}");
     }
 
     #[test]

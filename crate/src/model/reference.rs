@@ -115,12 +115,14 @@ pub fn silu_mul(gate: &[f32], up: &[f32]) -> Vec<f32> {
 
 struct Layer {
     attn_norm: Vec<f32>, // (C)
-    /// q, k and v's biases (qwen2): (C), (Hkv·D), (Hkv·D).
+    /// q, k and v's biases (qwen2): (H·D), (Hkv·D), (Hkv·D).
     bias: Option<[Vec<f32>; 3]>,
-    wq: Vec<f32>,        // (C, C)
+    /// q's and k's per-head norm weights (qwen3): (D), (D).
+    qk_norm: Option<[Vec<f32>; 2]>,
+    wq: Vec<f32>,        // (H·D, C)
     wk: Vec<f32>,        // (Hkv·D, C)
     wv: Vec<f32>,        // (Hkv·D, C)
-    wo: Vec<f32>,        // (C, C)
+    wo: Vec<f32>,        // (C, H·D)
     ffn_norm: Vec<f32>,  // (C)
     w_gate: Vec<f32>,    // (F, C)
     w_up: Vec<f32>,      // (F, C)
@@ -165,6 +167,7 @@ impl ReferenceModel {
                 let b = |s: &str| t(&format!("blk.{i}.{s}.bias"));
                 Ok(Layer {
                     bias: if cfg.qkv_bias { Some([b("attn_q")?, b("attn_k")?, b("attn_v")?]) } else { None },
+                    qk_norm: if cfg.qk_norm { Some([t(&n("attn_q_norm"))?, t(&n("attn_k_norm"))?]) } else { None },
                     attn_norm: t(&n("attn_norm"))?,
                     wq: t(&n("attn_q"))?,
                     wk: t(&n("attn_k"))?,
@@ -193,7 +196,7 @@ impl ReferenceModel {
     /// of every token (T, V).
     pub fn forward(&self, tokens: &[u32], cache: &mut ReferenceCache) -> Vec<f32> {
         let cfg = &self.cfg;
-        let (c, d, kvd) = (cfg.n_embd, cfg.head_dim, cfg.kv_dim());
+        let (c, d, kvd, qd) = (cfg.n_embd, cfg.head_dim, cfg.kv_dim(), cfg.q_dim());
         if cache.k.is_empty() {
             cache.k = vec![Vec::new(); cfg.n_layers];
             cache.v = vec![Vec::new(); cfg.n_layers];
@@ -202,15 +205,20 @@ impl ReferenceModel {
         // Embedding lookup.
         let mut x: Vec<f32> = tokens.iter().flat_map(|&t| self.token_embd[t as usize * c..][..c].to_vec()).collect();
         for (l, w) in self.layers.iter().enumerate() {
-            // Attention block: x += Wo · attn(rope(Wq·n), rope(Wk·n), Wv·n), n = rmsnorm(x).
+            // Attention block: x += Wo · attn(rope(Wq·n), rope(Wk·n), Wv·n), n = rmsnorm(x) (q
+            // and k each normalised per head first with qk_norm).
             let h = rmsnorm(&x, &w.attn_norm, cfg.rms_eps);
-            let mut q = matmul(&h, &w.wq, c, c);
+            let mut q = matmul(&h, &w.wq, c, qd);
             let mut k = matmul(&h, &w.wk, c, kvd);
             let mut v = matmul(&h, &w.wv, c, kvd);
             if let Some([bq, bk, bv]) = &w.bias {
                 add_bias(&mut q, bq);
                 add_bias(&mut k, bk);
                 add_bias(&mut v, bv);
+            }
+            if let Some([nq, nk]) = &w.qk_norm {
+                q = rmsnorm(&q, nq, cfg.rms_eps);
+                k = rmsnorm(&k, nk, cfg.rms_eps);
             }
             let rope = if cfg.rope_neox { rope_neox } else { rope };
             rope(&mut q, cfg.n_heads, d, start_pos, &self.rope_freqs);
@@ -225,7 +233,7 @@ impl ReferenceModel {
             cache.k[l].extend(stored(k));
             cache.v[l].extend(stored(v));
             let a = attention(&q, &cache.k[l], &cache.v[l], cfg.n_heads, cfg.n_kv_heads, d, start_pos);
-            let o = matmul(&a, &w.wo, c, c);
+            let o = matmul(&a, &w.wo, qd, c);
             x.iter_mut().zip(&o).for_each(|(x, o)| *x += o);
             // Feed-forward block: x += Wdown · (silu(Wgate·n) * Wup·n), n = rmsnorm(x).
             let h = rmsnorm(&x, &w.ffn_norm, cfg.rms_eps);

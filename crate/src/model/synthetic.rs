@@ -1,19 +1,42 @@
-//! Synthetic llama and qwen2 models with seeded random weights, written as GGUF: small ones for
-//! fast tests, full-size shapes for benchmarks on machines the real weights cannot travel to.
+//! Synthetic llama, qwen2 and qwen3 models with seeded random weights, written as GGUF: small
+//! ones for fast tests, full-size shapes for benchmarks on machines the real weights cannot
+//! travel to.
 
 use crate::gguf::{GgmlType, GgufWriter, MetaValue};
 use crate::tokenizer::byte_level::byte_to_char;
 
-/// Shape and storage of a synthetic llama (or qwen2) model.
+/// The architecture a synthetic file names, and the tensors that come with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyntheticArch {
+    Llama,
+    /// Biases on q, k and v; NEOX RoPE.
+    Qwen2,
+    /// Per-head q and k norms; NEOX RoPE; no biases.
+    Qwen3,
+}
+
+impl SyntheticArch {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Llama => "llama",
+            Self::Qwen2 => "qwen2",
+            Self::Qwen3 => "qwen3",
+        }
+    }
+}
+
+/// Shape and storage of a synthetic model.
 #[derive(Debug, Clone)]
 pub struct SyntheticSpec {
-    /// A qwen2 model (biases on q, k and v; NEOX RoPE) rather than llama.
-    pub qwen2: bool,
+    pub arch: SyntheticArch,
     pub n_layers: usize,
     pub n_embd: usize,
     pub n_ff: usize,
     pub n_heads: usize,
     pub n_kv_heads: usize,
+    /// A head width stated in the file (`attention.key_length`, as Gemma 3's and Qwen3's), so
+    /// the queries are `n_heads · head_dim` wide rather than n_embd; None: n_embd / n_heads.
+    pub head_dim: Option<usize>,
     pub vocab_size: usize,
     pub n_ctx: usize,
     /// Type of the projection matrices; norms stay F32.
@@ -40,12 +63,13 @@ impl SyntheticSpec {
     /// A tiny model (a few MB) with odd head counts, GQA and tied embeddings.
     pub fn tiny() -> Self {
         Self {
-            qwen2: false,
+            arch: SyntheticArch::Llama,
             n_layers: 2,
             n_embd: 192,
             n_ff: 320,
             n_heads: 6,
             n_kv_heads: 2,
+            head_dim: None,
             vocab_size: 512,
             n_ctx: 1024,
             weight_type: GgmlType::Q4_1,
@@ -70,12 +94,13 @@ impl SyntheticSpec {
     /// The shapes of SmolLM2-135M (30 layers, 576 wide, 9 heads over 3 KV heads).
     pub fn smollm2_135m_shape() -> Self {
         Self {
-            qwen2: false,
+            arch: SyntheticArch::Llama,
             n_layers: 30,
             n_embd: 576,
             n_ff: 1536,
             n_heads: 9,
             n_kv_heads: 3,
+            head_dim: None,
             vocab_size: 49152,
             n_ctx: 8192,
             weight_type: GgmlType::Q4_1,
@@ -96,12 +121,13 @@ impl SyntheticSpec {
     /// Q4_0.
     pub fn llama_3_2_1b_shape() -> Self {
         Self {
-            qwen2: false,
+            arch: SyntheticArch::Llama,
             n_layers: 16,
             n_embd: 2048,
             n_ff: 8192,
             n_heads: 32,
             n_kv_heads: 8,
+            head_dim: None,
             vocab_size: 128256,
             n_ctx: 131072,
             weight_type: GgmlType::Q4_0,
@@ -129,12 +155,13 @@ impl SyntheticSpec {
     /// number of K-quant super-blocks); about 0.4 GB.
     pub fn qwen2_5_0_5b_shape() -> Self {
         Self {
-            qwen2: true,
+            arch: SyntheticArch::Qwen2,
             n_layers: 24,
             n_embd: 896,
             n_ff: 4864,
             n_heads: 14,
             n_kv_heads: 2,
+            head_dim: None,
             vocab_size: 151936,
             n_ctx: 32768,
             weight_type: GgmlType::Q5_0,
@@ -164,6 +191,7 @@ impl SyntheticSpec {
         let rows = [
             ("embedding", self.embedding_type, c),
             ("projection", self.weight_type, c),
+            ("attention output", self.weight_type, self.q_dim()),
             ("FFN down projection", self.weight_type, f),
             ("attention V", self.attn_v_type.unwrap_or(self.weight_type), c),
             ("FFN up projection", self.ffn_up_type.unwrap_or(self.weight_type), c),
@@ -176,11 +204,20 @@ impl SyntheticSpec {
         Ok(())
     }
 
+    pub fn head_dim(&self) -> usize {
+        self.head_dim.unwrap_or(self.n_embd / self.n_heads)
+    }
+
+    /// The queries' width (and attention output's).
+    pub fn q_dim(&self) -> usize {
+        self.n_heads * self.head_dim()
+    }
+
     pub fn to_gguf(&self) -> Vec<u8> {
         let mut rng = SplitMix64(self.seed);
         let mut w = GgufWriter::new();
         let u32m = |v: usize| MetaValue::U32(v as u32);
-        let arch = if self.qwen2 { "qwen2" } else { "llama" };
+        let arch = self.arch.name();
         let key = |k: &str| format!("{arch}.{k}");
         w.meta("general.architecture", MetaValue::String(arch.into()))
             .meta("general.name", MetaValue::String(format!("synthetic-{arch}-seed{}", self.seed)))
@@ -193,12 +230,16 @@ impl SyntheticSpec {
             .meta(&key("rope.freq_base"), MetaValue::F32(self.rope_base))
             .meta(&key("attention.layer_norm_rms_epsilon"), MetaValue::F32(1e-5))
             .meta(&key("vocab_size"), u32m(self.vocab_size));
+        if let Some(d) = self.head_dim {
+            w.meta(&key("attention.key_length"), u32m(d)).meta(&key("attention.value_length"), u32m(d));
+        }
         self.write_tokenizer(&mut w);
         for (key, value) in &self.extra_metadata {
             w.meta(key, value.clone());
         }
         let (c, f, v) = (self.n_embd as u64, self.n_ff as u64, self.vocab_size as u64);
-        let kv = (self.n_kv_heads * (self.n_embd / self.n_heads)) as u64;
+        let (d, q) = (self.head_dim() as u64, self.q_dim() as u64);
+        let kv = self.n_kv_heads as u64 * d;
         // Scales chosen so activations stay O(1) through the layers.
         let mat = |w: &mut GgufWriter, rng: &mut SplitMix64, name: &str, cols: u64, rows: u64, ty: GgmlType, std: f32| {
             let vals: Vec<f32> = (0..cols * rows).map(|_| rng.normal() * std).collect();
@@ -215,17 +256,24 @@ impl SyntheticSpec {
             let n = |s: &str| format!("blk.{i}.{s}.weight");
             norm(&mut w, &n("attn_norm"), &mut rng);
             let ty = self.weight_type;
-            mat(&mut w, &mut rng, &n("attn_q"), c, c, ty, s_c);
+            mat(&mut w, &mut rng, &n("attn_q"), c, q, ty, s_c);
             mat(&mut w, &mut rng, &n("attn_k"), c, kv, ty, s_c);
             mat(&mut w, &mut rng, &n("attn_v"), c, kv, self.attn_v_type.unwrap_or(ty), s_c);
-            mat(&mut w, &mut rng, &n("attn_output"), c, c, ty, s_c);
+            mat(&mut w, &mut rng, &n("attn_output"), q, c, ty, 1.0 / (q as f32).sqrt());
             norm(&mut w, &n("ffn_norm"), &mut rng);
             mat(&mut w, &mut rng, &n("ffn_gate"), c, f, ty, s_c);
             mat(&mut w, &mut rng, &n("ffn_up"), c, f, self.ffn_up_type.unwrap_or(ty), s_c);
             mat(&mut w, &mut rng, &n("ffn_down"), f, c, ty, s_f);
-            if self.qwen2 {
+            if self.arch == SyntheticArch::Qwen3 {
+                // Per-head norms of q and k, near one as trained ones are.
+                for name in ["attn_q_norm", "attn_k_norm"] {
+                    let vals: Vec<f32> = (0..d).map(|_| 1.0 + 0.2 * rng.normal()).collect();
+                    w.tensor(&n(name), &[d], GgmlType::F32, &vals);
+                }
+            }
+            if self.arch == SyntheticArch::Qwen2 {
                 // Qwen's biases are large next to the products (its k bias most of all).
-                for (name, rows) in [("attn_q", c), ("attn_k", kv), ("attn_v", kv)] {
+                for (name, rows) in [("attn_q", q), ("attn_k", kv), ("attn_v", kv)] {
                     let vals: Vec<f32> = (0..rows).map(|_| rng.normal() * 0.5).collect();
                     w.tensor(&format!("blk.{i}.{name}.bias"), &[rows], GgmlType::F32, &vals);
                 }
@@ -233,7 +281,7 @@ impl SyntheticSpec {
         }
         norm(&mut w, "output_norm.weight", &mut rng);
         if self.llama3_rope {
-            w.tensor(crate::model::rope::FACTORS_TENSOR, &[c / self.n_heads as u64 / 2], GgmlType::F32, &llama3_rope_factors(self.n_embd / self.n_heads, self.rope_base));
+            w.tensor(crate::model::rope::FACTORS_TENSOR, &[d / 2], GgmlType::F32, &llama3_rope_factors(d as usize, self.rope_base));
         }
         if !self.tied_embeddings {
             mat(&mut w, &mut rng, "output.weight", c, v, self.weight_type, s_c);

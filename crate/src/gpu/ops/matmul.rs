@@ -7,15 +7,15 @@ use crate::gpu::{Gpu, GpuWeight, WeightPart};
 
 pub const KERNEL: Kernel = Kernel {
     op: OpKind::Matmul,
-    source: wgsl!("matmul.wgsl", "tile_f32.wgsl", "blocks.wgsl"),
+    source: wgsl!("matmul.wgsl", "tile_f32.wgsl", "blocks.wgsl", "rope.wgsl"),
     slots: &[Slot::Uniform, Slot::Uniform, Slot::Read, Slot::Read, Slot::ReadWrite, Slot::Read, Slot::Read, Slot::ReadWrite, Slot::ReadWrite, Slot::Uniform, Slot::Read],
 };
 
 /// The same kernels with `matmul_tiled`'s tiles in f16, for adapters with shader-f16.
-pub const KERNEL_F16: Kernel = Kernel { op: OpKind::MatmulF16, source: wgsl!(enable f16; "matmul.wgsl", "tile_f16.wgsl", "blocks.wgsl"), slots: KERNEL.slots };
+pub const KERNEL_F16: Kernel = Kernel { op: OpKind::MatmulF16, source: wgsl!(enable f16; "matmul.wgsl", "tile_f16.wgsl", "blocks.wgsl", "rope.wgsl"), slots: KERNEL.slots };
 
 /// The same kernels and `matvec_subgroup`, for native adapters with subgroup operations.
-pub const KERNEL_SUBGROUP: Kernel = Kernel { op: OpKind::MatmulSubgroup, source: wgsl!("matmul.wgsl", "tile_f32.wgsl", "blocks.wgsl", "matvec_subgroup.wgsl"), slots: KERNEL.slots };
+pub const KERNEL_SUBGROUP: Kernel = Kernel { op: OpKind::MatmulSubgroup, source: wgsl!("matmul.wgsl", "tile_f32.wgsl", "blocks.wgsl", "matvec_subgroup.wgsl", "rope.wgsl"), slots: KERNEL.slots };
 
 /// Steps of at most this many tokens use the one-token-per-thread pipeline.
 pub const MATVEC_MAX_T: u32 = 4;
@@ -96,7 +96,8 @@ enum Fused<'a> {
 /// pos · `rope_freqs[i]` (model/rope.rs; with `rope_neox` pair i is rows i and i + D/2, and
 /// q and k come out in the order that makes pairs adjacent: matmul.wgsl ROPE_NEOX), after
 /// adding the biases when `bias`; q is written to its buffer and k and v to the KV pages of
-/// `page_size` tokens.
+/// `page_size` tokens. With `qk_norm`, q and k are written as they are (T, n_q + n_kv) to the
+/// buffer bound for q, for `QkNorm` to normalise, rotate and write (v still goes to its pages).
 #[derive(Debug, Clone, Copy)]
 pub struct AttentionInput<'a> {
     pub n_q: usize,
@@ -106,6 +107,7 @@ pub struct AttentionInput<'a> {
     pub rope_freqs: &'a RopeTable,
     pub rope_neox: bool,
     pub bias: bool,
+    pub qk_norm: bool,
     pub page_size: usize,
 }
 
@@ -122,6 +124,10 @@ impl RopeTable {
         let mut f = [0f32; MAX_ROPE_PAIRS];
         f.iter_mut().zip(freqs).for_each(|(f, v)| *f = *v);
         Self(gpu.uniform("rope_freqs", &f))
+    }
+
+    pub fn buffer(&self) -> &wgpu::Buffer {
+        &self.0
     }
 }
 
@@ -196,7 +202,8 @@ impl Matmul {
                 .with("HEAD_DIM", at.map_or(64, |a| a.head_dim) as u32)
                 .with("PAGE", at.map_or(16, |a| a.page_size) as u32)
                 .with("ROPE_NEOX", at.is_some_and(|a| a.rope_neox) as u32)
-                .with("BIAS", at.is_some_and(|a| a.bias) as u32);
+                .with("BIAS", at.is_some_and(|a| a.bias) as u32)
+                .with("QK_NORM", at.is_some_and(|a| a.qk_norm) as u32);
             gpu.pipeline(kernel, key)
         };
         let matvec = match shape {

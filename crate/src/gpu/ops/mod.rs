@@ -7,6 +7,7 @@ pub mod attention_paged;
 pub mod embed;
 pub mod kv_quant;
 pub mod matmul;
+pub mod qk_norm;
 pub mod rmsnorm;
 pub mod silu_mul;
 pub mod top2;
@@ -16,6 +17,7 @@ pub use attention_paged::{AttentionPaged, AttentionPagedBinding, AttentionPlan, 
 pub use embed::{Embed, EmbedBinding};
 pub use kv_quant::{KvQuant, KvQuantBinding, SpillParams};
 pub use matmul::{AttentionInput, Matmul, MatmulBinding, MatmulShape, RopeTable};
+pub use qk_norm::{QkNorm, QkNormBinding};
 pub use rmsnorm::{RmsNorm, RmsNormBinding};
 pub use silu_mul::{SiluMul, SiluMulBinding};
 pub use top2::{PickParams, Top2, Top2Binding, Top2Op, TOP2_BYTES};
@@ -78,6 +80,7 @@ pub const KERNELS: &[(&str, &Kernel)] = &[
     ("matmul.wgsl", &matmul::KERNEL),
     ("matmul.wgsl", &matmul::KERNEL_F16),
     ("matmul.wgsl", &matmul::KERNEL_SUBGROUP),
+    ("qk_norm.wgsl", &qk_norm::KERNEL),
     ("rmsnorm.wgsl", &rmsnorm::KERNEL),
     ("silu_mul.wgsl", &silu_mul::KERNEL),
     ("top2.wgsl", &top2::KERNEL),
