@@ -17,6 +17,9 @@ const SYSTEM: ChatMessage = {
 
 const GREEDY = { max_tokens: 24, temperature: 0 };
 
+// The cache sits above the backend seam: the first test runs on WebGPU (its pages, its
+// equality), the others on the CPU backend, the faster one here (WebGPU is a software GPU).
+
 test("a request sharing a cached system prompt reuses it and answers as it would cold", async ({ harness: page }) => {
   const { engine } = await loadEngine(page, { model: DEFAULT_MODEL_URL });
   const askA = { ...GREEDY, messages: [SYSTEM, { role: "user" as const, content: "When was the lighthouse built?" }] };
@@ -46,7 +49,7 @@ test("a request sharing a cached system prompt reuses it and answers as it would
 });
 
 test("a conversation sent whole each turn reuses every earlier turn, replies included", async ({ harness: page }) => {
-  const { engine } = await loadEngine(page, { model: DEFAULT_MODEL_URL });
+  const { engine } = await loadEngine(page, { model: DEFAULT_MODEL_URL, backend: "cpu" });
   const { pageSize } = await engine.cacheStats();
   expect(pageSize).toBeGreaterThan(0);
   await engine.clearCache();
@@ -72,7 +75,7 @@ test("a conversation sent whole each turn reuses every earlier turn, replies inc
 });
 
 test("a pinned system prompt stays cached until it is unpinned", async ({ harness: page }) => {
-  const { engine } = await loadEngine(page, { model: DEFAULT_MODEL_URL });
+  const { engine } = await loadEngine(page, { model: DEFAULT_MODEL_URL, backend: "cpu" });
   const { pageSize } = await engine.cacheStats();
 
   const pinned = await test.step("pin the system prompt", async () => {
