@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Writes crate/tests/fixtures/models/: two small synthetic models written by radixlm's own
+"""Writes crate/tests/fixtures/models/: three small synthetic models written by radixlm's own
 writer (`synth --preset tiny-256 --layers 1 --untied`: one layer, 256 wide), a llama with
-Llama 3.x's RoPE factors (`--llama3-rope`) and a qwen2 (`--qwen2`: biases, NEOX RoPE), each
+Llama 3.x's RoPE factors (`--llama3-rope`), a qwen2 (`--qwen2`: biases, NEOX RoPE) and a qwen3
+(`--qwen3`: per-head q and k norms, NEOX RoPE, 4 heads of 128 over the 256-wide model), each
 quantized by llama.cpp's own quantizer to each format mix users download, and goldens.json:
 on each file, llama.cpp's logits after a prompt and its 32 greedy tokens (with each step's top
 two logits, for the near-tie rule); and llama.cpp's logits on its own dequantization of the
@@ -84,7 +85,7 @@ def main():
     OUT.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         cases = []
-        for arch, flag in [("llama3", "--llama3-rope"), ("qwen2", "--qwen2")]:
+        for arch, flag in [("llama3", "--llama3-rope"), ("qwen2", "--qwen2"), ("qwen3", "--qwen3")]:
             base = pathlib.Path(tmp) / f"{arch}.f32.gguf"
             subprocess.run(["cargo", "run", "--quiet", "--bin", "radixlm", "--", "synth", "--preset", "tiny-256", "--layers", "1",
                             "--untied", flag, "--type", "f32", "--out", str(base)], cwd=ROOT, check=True)
