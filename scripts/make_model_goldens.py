@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""Writes crate/tests/fixtures/models/: three small synthetic models written by radixlm's own
-writer (`synth --preset tiny-256 --layers 1 --untied`: one layer, 256 wide), a llama with
-Llama 3.x's RoPE factors (`--llama3-rope`), a qwen2 (`--qwen2`: biases, NEOX RoPE) and a qwen3
-(`--qwen3`: per-head q and k norms, NEOX RoPE, 4 heads of 128 over the 256-wide model), each
-quantized by llama.cpp's own quantizer to each format mix users download, and goldens.json:
+"""Writes crate/tests/fixtures/models/: four small synthetic models written by radixlm's own
+writer (`synth --preset tiny-256 --untied`: 256 wide, one layer), a llama with Llama 3.x's RoPE
+factors (`--llama3-rope`), a qwen2 (`--qwen2`: biases, NEOX RoPE), a qwen3 (`--qwen3`: per-head
+q and k norms, NEOX RoPE, 4 heads of 128 over the 256-wide model) and a gemma3 (`--gemma3 16`:
+qwen3's attention, six layers of which five see 16 positions, post norms, GELU), each
+quantized by llama.cpp's own quantizer to the format mixes users download, and goldens.json:
 on each file, llama.cpp's logits after a prompt and its 32 greedy tokens (with each step's top
 two logits, for the near-tie rule); and llama.cpp's logits on its own dequantization of the
 file to F32 (`last_logits_f32`), which its CPU multiplies without rounding the activations to
@@ -36,7 +37,17 @@ FTYPES = {
     "Q5_0": llama_cpp.LLAMA_FTYPE_MOSTLY_Q5_0,
     "Q5_1": llama_cpp.LLAMA_FTYPE_MOSTLY_Q5_1,
     "BF16": llama_cpp.LLAMA_FTYPE_MOSTLY_BF16,
+    "Q8_0": llama_cpp.LLAMA_FTYPE_MOSTLY_Q8_0,
+    "Q4_0": llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_0,
 }
+MIXES = ["Q4_K_M", "Q5_K_M", "Q6_K", "Q5_0", "Q5_1", "BF16"]
+# (architecture, synth flags, mixes)
+ARCHS = [
+    ("llama3", ["--llama3-rope", "--layers", "1"], MIXES),
+    ("qwen2", ["--qwen2", "--layers", "1"], MIXES),
+    ("qwen3", ["--qwen3", "--layers", "1"], MIXES + ["Q8_0", "Q4_0"]),
+    ("gemma3", ["--gemma3", "16", "--layers", "6"], ["Q4_K_M", "Q8_0", "Q4_0"]),
+]
 
 
 def quantize(src, dst, ftype):
@@ -85,11 +96,12 @@ def main():
     OUT.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         cases = []
-        for arch, flag in [("llama3", "--llama3-rope"), ("qwen2", "--qwen2"), ("qwen3", "--qwen3")]:
+        for arch, flags, mixes in ARCHS:
             base = pathlib.Path(tmp) / f"{arch}.f32.gguf"
-            subprocess.run(["cargo", "run", "--quiet", "--bin", "radixlm", "--", "synth", "--preset", "tiny-256", "--layers", "1",
-                            "--untied", flag, "--type", "f32", "--out", str(base)], cwd=ROOT, check=True)
-            for name, ftype in FTYPES.items():
+            subprocess.run(["cargo", "run", "--quiet", "--bin", "radixlm", "--", "synth", "--preset", "tiny-256",
+                            "--untied", *flags, "--type", "f32", "--out", str(base)], cwd=ROOT, check=True)
+            for name in mixes:
+                ftype = FTYPES[name]
                 dst = OUT / f"{arch}-tiny.{name}.gguf"
                 quantize(base, dst, ftype)
                 dequantized = pathlib.Path(tmp) / f"{arch}.{name}.f32.gguf"

@@ -2,8 +2,9 @@
 // (flash-decoding): `partial` gives one workgroup to each (key split, KV head, block of TB
 // tokens), so a single decoded token over a long cached prefix still spreads over many
 // workgroups; `combine` merges each query head's splits. Query t (position start_pos + t) of each
-// of the G = H / HKV query heads sharing KV head kh attends positions 0 ..= start_pos + t, read
-// through the page table.
+// of the G = H / HKV query heads sharing KV head kh attends positions first_key(start_pos + t)
+// ..= start_pos + t (0 ..= for a layer without a sliding window), read through the page table;
+// keys before a query's window are never read.
 //
 // A split of `partial` walks its keys in tiles of TK: the lanes load the tile's keys into
 // workgroup memory together (adjacent lanes read adjacent words of a key), score them against
@@ -18,12 +19,14 @@ override D: u32;          // head dimension (even, <= MAX_D)
 override PAGE: u32 = 16u; // tokens per page
 override TK: u32;         // keys per tile (gpu/ops/attention_paged.rs tile_keys: TK · (D/2 + 1) <= TILE_WORDS)
 override TB: u32 = MAX_G / (H / HKV); // tokens per workgroup of `partial` (gpu/ops/attention_paged.rs tokens_per_block)
+override WINDOW: u32 = 0u; // a sliding-window layer's positions per query, its own included; 0: every position
+override SCALE: f32;       // q·k's scale: 1/sqrt(D) for most models
 
 struct SplitParams {
     keys_per_split: u32, // a multiple of TK
     splits: u32,         // splits per (token, head) in `scratch`
-    _pad0: u32,
-    _pad1: u32,
+    first: u32,          // the key split 0 starts at: first_key(start_pos), the step's lowest
+    _pad: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: StepParams;
@@ -50,6 +53,11 @@ var<workgroup> probs: array<f32, MAX_G * MAX_TK>;         // [r][j] scores, then
 var<workgroup> run_max: array<f32, MAX_G>;
 var<workgroup> run_sum: array<f32, MAX_G>;
 var<workgroup> correction: array<f32, MAX_G>;
+
+// The first position a query at position `pos` sees.
+fn first_key(pos: u32) -> u32 {
+    return select(0u, pos + 1u - WINDOW, WINDOW != 0u && pos >= WINDOW);
+}
 
 // The cache word where position p's pairs for KV head kh begin.
 fn cache_offset(p: u32, kh: u32) -> u32 {
@@ -82,15 +90,18 @@ fn partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
         return;
     }
     let n_rows = min(TB, params.n_tokens - t0) * g_count;
-    let k_begin = s * split.keys_per_split;
+    let k_split = split.first + s * split.keys_per_split;
     let keys_of_last = params.start_pos + t0 + (n_rows - 1u) / g_count + 1u;
-    if (k_begin >= keys_of_last) {
+    let k_end = min(k_split + split.keys_per_split, keys_of_last);
+    // Keys before the first row's window no row sees; a split that holds none of the block's
+    // keys is never read by the combine.
+    let k_begin = max(k_split, first_key(params.start_pos + t0));
+    if (k_begin >= k_end) {
         return;
     }
-    let k_end = min(k_begin + split.keys_per_split, keys_of_last);
     let half_d = D / 2u;
     let row = half_d + 1u;
-    let scale = inverseSqrt(f32(D));
+    let scale = SCALE;
     for (var e = lid; e < n_rows * half_d; e += WG) {
         let qi = row_query(kh, t0 * g_count + e / half_d) + 2u * (e % half_d);
         qs[e] = vec2<f32>(q[qi], q[qi + 1u]) * scale;
@@ -110,9 +121,11 @@ fn partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
             let r = e / TK;
             let j = e % TK;
             var score = NEG_BIG;
-            // Row r's token attends keys before start_pos + t0 + r / G + 1. A row none of whose
-            // keys are in this split leaves values the combine never reads.
-            if (j < n && k0 + j <= params.start_pos + t0 + r / g_count) {
+            // Row r's token attends keys first_key(pos) ..= pos, pos = start_pos + t0 + r / G. A
+            // row none of whose keys are in this split leaves values the combine never reads;
+            // tiles before a row's first key weigh nothing once its max is a real score.
+            let pos = params.start_pos + t0 + r / g_count;
+            if (j < n && k0 + j <= pos && k0 + j >= first_key(pos)) {
                 score = 0.0;
                 for (var i = 0u; i < half_d; i++) {
                     score += dot(unpack2x16float(tile[j * row + i]), qs[r * half_d + i]);
@@ -187,15 +200,16 @@ fn lanes(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: ve
     let t = lane / per_token;
     let h = (lane % per_token) / split.splits;
     let s = lane % split.splits;
-    let n_keys = params.start_pos + t + 1u;
-    let k_begin = s * split.keys_per_split;
-    if (t >= params.n_tokens || k_begin >= n_keys) {
+    let pos = params.start_pos + t;
+    let k_split = split.first + s * split.keys_per_split;
+    let k_begin = max(k_split, first_key(pos));
+    let k_end = min(k_split + split.keys_per_split, pos + 1u);
+    if (t >= params.n_tokens || k_begin >= k_end) {
         return;
     }
-    let k_end = min(k_begin + split.keys_per_split, n_keys);
     let kh = h / (H / HKV);
     let half_d = D / 2u;
-    let scale = inverseSqrt(f32(D));
+    let scale = SCALE;
     var qv = array<vec2<f32>, MAX_D / 2u>();
     for (var i = 0u; i < half_d; i++) {
         let qi = (t * H + h) * D + 2u * i;
@@ -249,21 +263,23 @@ fn combine(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
     if (t >= params.n_tokens) {
         return;
     }
-    let n_keys = params.start_pos + t + 1u;
-    let used = (n_keys + split.keys_per_split - 1u) / split.keys_per_split;
+    // The splits holding this query's keys: from its window's first to its own position.
+    let pos = params.start_pos + t;
+    let first_split = (first_key(pos) - split.first) / split.keys_per_split;
+    let used = (pos + 1u - split.first + split.keys_per_split - 1u) / split.keys_per_split;
     let stride = D + 2u;
     let base = (t * H + h) * split.splits;
     var m = NEG_BIG;
-    for (var s = 0u; s < used; s++) {
+    for (var s = first_split; s < used; s++) {
         m = max(m, scratch[(base + s) * stride + D]);
     }
     var l = 0.0;
-    for (var s = 0u; s < used; s++) {
+    for (var s = first_split; s < used; s++) {
         l += exp(scratch[(base + s) * stride + D] - m) * scratch[(base + s) * stride + D + 1u];
     }
     for (var d = lid; d < D; d += WG) {
         var o = 0.0;
-        for (var s = 0u; s < used; s++) {
+        for (var s = first_split; s < used; s++) {
             o += exp(scratch[(base + s) * stride + D] - m) * scratch[(base + s) * stride + d];
         }
         out[(t * H + h) * D + d] = o / l;
@@ -320,9 +336,13 @@ fn row_query(kh: u32, r: u32) -> u32 {
     return ((r / g_count) * H + kh * g_count + r % g_count) * D;
 }
 
-// How many keys row r attends to.
+// Row r attends keys row_first(r) .. row_keys(r).
 fn row_keys(r: u32) -> u32 {
     return params.start_pos + r / (H / HKV) + 1u;
+}
+
+fn row_first(r: u32) -> u32 {
+    return first_key(params.start_pos + r / (H / HKV));
 }
 
 // Where the 1 / sum of row r of KV head kh is kept.
@@ -363,7 +383,7 @@ fn rows_scores(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
     let kh = lane / row_blocks / key_blocks;
     let last_row = min(r0 + 3u, rows_count() - 1u);
     // Uniform enough: keys no row of the block attends to are never read.
-    if (kh >= HKV || j0 >= row_keys(last_row)) {
+    if (kh >= HKV || j0 >= row_keys(last_row) || j0 + 8u <= row_first(r0)) {
         return;
     }
     let qr = vec4<u32>(row_query(kh, r0), row_query(kh, min(r0 + 1u, last_row)), row_query(kh, min(r0 + 2u, last_row)), row_query(kh, last_row));
@@ -390,7 +410,7 @@ fn rows_scores(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
         s7 += q3 * cb;
     }
     // Transposed, column c holds key c's scores for the four rows: one store of 4 per key.
-    let scale = inverseSqrt(f32(D));
+    let scale = SCALE;
     let ta = transpose(mat4x4<f32>(s0, s1, s2, s3)) * scale;
     let tb = transpose(mat4x4<f32>(s4, s5, s6, s7)) * scale;
     let at = (kh * nk + j0) * rs + r0;
@@ -404,8 +424,9 @@ fn rows_scores(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
     if (j0 + 7u < nk) { store4(at + 7u * rs, tb[3]); }
 }
 
-// Lane (kh, r): row r's scores over the keys it attends to become exp(score - max), the rest 0,
-// and its 1 / sum is kept. Padding rows become 0.
+// Lane (kh, r): row r's scores over the keys it attends to become exp(score - max), the rest 0
+// (before its window, from the step's first key on: what `rows_pv` reads), and its 1 / sum is
+// kept. Padding rows become 0.
 @compute @workgroup_size(ROW_LANES)
 fn rows_softmax(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let lane = linear_group(wid, nwg) * ROW_LANES + lid;
@@ -418,12 +439,16 @@ fn rows_softmax(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
     let nk = rows_keys();
     let base = kh * nk * rs + r;
     let n = select(0u, row_keys(r), r < rows_count());
+    let lo = min(row_first(r), n);
+    for (var j = first_key(params.start_pos); j < lo; j++) {
+        scratch[base + j * rs] = 0.0;
+    }
     var m = NEG_BIG;
-    for (var j = 0u; j < n; j++) {
+    for (var j = lo; j < n; j++) {
         m = max(m, scratch[base + j * rs]);
     }
     var l = 0.0;
-    for (var j = 0u; j < n; j++) {
+    for (var j = lo; j < n; j++) {
         let p = exp(scratch[base + j * rs] - m);
         scratch[base + j * rs] = p;
         l += p;
@@ -431,7 +456,7 @@ fn rows_softmax(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
     for (var j = n; j < nk; j++) {
         scratch[base + j * rs] = 0.0;
     }
-    scratch[row_inverse_sum(kh, r)] = select(0.0, 1.0 / l, n > 0u);
+    scratch[row_inverse_sum(kh, r)] = select(0.0, 1.0 / l, n > lo);
 }
 
 // out for row r of KV head kh, dimensions d0 .. d0 + 7.
@@ -464,10 +489,11 @@ fn rows_pv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
     }
     let last_row = min(r0 + 3u, n_rows - 1u);
     let n = row_keys(last_row);
+    let j0 = row_first(r0);
     clear_sums();
     // s_c[i]: row i's sum for dimension d0 + c.
-    var at = kh * rows_keys() * rs + r0;
-    for (var j = 0u; j < n; j++) {
+    var at = (kh * rows_keys() + j0) * rs + r0;
+    for (var j = j0; j < n; j++) {
         let p = vec4<f32>(scratch[at], scratch[at + 1u], scratch[at + 2u], scratch[at + 3u]);
         at += rs;
         let w = cache_offset(j, kh) + d0 / 2u;

@@ -1,8 +1,9 @@
-// out[t] = dequantized row ids[t] of the embedding table, for the table part holding it
-// (one dispatch per part; rows outside the part are left to the other parts' dispatches).
+// out[t] = dequantized row ids[t] of the embedding table times SCALE, for the table part holding
+// it (one dispatch per part; rows outside the part are left to the other parts' dispatches).
 
-override DTYPE: u32; // ggml type id of the table
-override C: u32;     // row length (embedding width)
+override DTYPE: u32;        // ggml type id of the table
+override C: u32;            // row length (embedding width)
+override SCALE: f32 = 1.0;  // gemma3: sqrt(C)
 
 @group(0) @binding(0) var<uniform> params: StepParams;
 @group(0) @binding(1) var<uniform> part: Part;
@@ -27,5 +28,5 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (id < part.first_row || id - part.first_row >= part.rows) {
         return;
     }
-    out[i] = weight1((id - part.first_row) * row_bytes(C), c);
+    out[i] = weight1((id - part.first_row) * row_bytes(C), c) * SCALE;
 }

@@ -11,7 +11,8 @@ override ACCUMULATE: bool = false; // y += x · wᵀ (residual adds) instead of 
 override TOKENS: u32 = 1u;         // matmul_rows: tokens per thread, 1 or 4 (gpu/ops/matmul.rs)
 override NORM: bool = false;       // y = rmsnorm(x) · wᵀ: x's rows RMS-normalised and scaled by norm_w first
 override EPS: f32 = 1e-5;          // with NORM: added to the mean square
-override GATED: bool = false;      // the FFN's gate and up: y = silu(x·gateᵀ) ⊙ (x·upᵀ), see below
+override GATED: bool = false;      // the FFN's gate and up: y = act(x·gateᵀ) ⊙ (x·upᵀ), see below
+override GELU: bool = false;       // with GATED: act is GELU (tanh approximation, gemma3), else SiLU
 override ATTN_IN: bool = false;    // attention's input: q, k, v rows with RoPE and the KV write, see below
 override N_Q: u32 = 0u;            // with ATTN_IN: q's rows of the whole q/k/v weight (then N_KV of k, N_KV of v)
 override N_KV: u32 = 0u;
@@ -59,7 +60,7 @@ fn x1(row: u32, k: u32) -> f32 {
 
 // GATED: the weight holds the gate's N rows, then the up projection's N rows (one buffer, one
 // part); a thread's (or workgroup's) rows are its first half's outputs from the gate and the
-// same outputs from up, so SiLU(gate)·up is its epilogue and y has N columns.
+// same outputs from up, so act(gate)·up is its epilogue and y has N columns.
 
 /// The weight row that row slot j of a block starting at output row r0 reads (`rows` slots).
 fn weight_row(r0: u32, j: u32, rows: u32) -> u32 {
@@ -85,8 +86,8 @@ fn output_rows() -> u32 {
     return select(part.rows, N, GATED);
 }
 
-fn silu(g: f32) -> f32 {
-    return g / (1.0 + exp(-g));
+fn act(g: f32) -> f32 {
+    return act4(vec4<f32>(g)).x;
 }
 
 /// 1 / rms of a row from its sum of squares (1 without NORM).
@@ -251,7 +252,12 @@ fn q8_0_columns(q: vec4<u32>, d: vec4<f32>) -> mat4x4<f32> {
     return mat4x4<f32>(i8x4(q.x) * d.x, i8x4(q.y) * d.y, i8x4(q.z) * d.z, i8x4(q.w) * d.w);
 }
 
-fn silu4(g: vec4<f32>) -> vec4<f32> {
+/// The gate's activation (glu.wgsl's twin).
+fn act4(g: vec4<f32>) -> vec4<f32> {
+    if (GELU) {
+        // tanh's argument clamped: tanh(10) is 1 in f32, and exp-based tanh overflows beyond.
+        return 0.5 * g * (1.0 + tanh(clamp(0.7978845608 * g * (1.0 + 0.044715 * g * g), vec4<f32>(-10.0), vec4<f32>(10.0))));
+    }
     return g / (1.0 + exp(-g));
 }
 
@@ -267,7 +273,7 @@ fn store8(t: u32, r0: u32, a: vec4<f32>, b: vec4<f32>, ss: f32) {
         return;
     }
     if (GATED) {
-        let y4 = silu4(a * s) * (b * s);
+        let y4 = act4(a * s) * (b * s);
         for (var j = 0u; j < 4u; j++) {
             if (r0 + j < N) {
                 store(t, r0 + j, y4[j]);
@@ -500,7 +506,7 @@ fn wide_store(r0: u32, nt: u32, lid: u32) {
         let scale = inv_rms(lane_sums[(MAX_TOKENS * WIDE_ROWS + i) * WIDE_WG]);
         let sum = lane_sums[(i * WIDE_ROWS + j) * WIDE_WG] * scale;
         if (GATED && r0 + j < N) {
-            store(i, r0 + j, silu(sum) * (lane_sums[(i * WIDE_ROWS + j + per) * WIDE_WG] * scale));
+            store(i, r0 + j, act(sum) * (lane_sums[(i * WIDE_ROWS + j + per) * WIDE_WG] * scale));
         } else if (!GATED && r0 + j < part.rows) {
             store(i, r0 + j, sum);
         }
@@ -588,7 +594,7 @@ fn store_tile4(t: u32, r: u32, a: vec4<f32>, ss: f32) {
         return;
     }
     if (GATED) {
-        let g = silu4(v) * v.zwxy;
+        let g = act4(v) * v.zwxy;
         if (r < N) { store(t, r, g.x); }
         if (r + 1u < N) { store(t, r + 1u, g.y); }
         return;

@@ -1,9 +1,11 @@
 // out = x / sqrt(mean(x²) + eps) * w per row; one workgroup per row. With LAST_ROW_ONLY the
-// single workgroup normalises row n_tokens - 1 into out row 0 (the LM head's input).
+// single workgroup normalises row n_tokens - 1 into out row 0 (the LM head's input); with ADD
+// the rows are added to out (a post norm's residual add: gemma3).
 
 override C: u32;                      // row length
 override EPS: f32;                    // added to the mean square
 override LAST_ROW_ONLY: bool = false;
+override ADD: bool = false;
 
 @group(0) @binding(0) var<uniform> params: StepParams;
 @group(0) @binding(1) var<storage, read> x: array<f32>;         // (T, C)
@@ -35,6 +37,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     let scale = 1.0 / sqrt(partial[0] / f32(C) + EPS);
     for (var c = lid; c < C; c += WG) {
-        out[out_row * C + c] = x[row * C + c] * scale * w[c];
+        let v = x[row * C + c] * scale * w[c];
+        out[out_row * C + c] = select(v, out[out_row * C + c] + v, ADD);
     }
 }

@@ -10,7 +10,7 @@
 mod common;
 
 use common::{odd_k, randn, TYPES};
-use radixlm::cpu::attention::{attention, AttentionShape};
+use radixlm::cpu::attention::{attention, AttentionMask, AttentionShape};
 use radixlm::cpu::dot::{quantize_q16, takes_q16, Q16Block};
 use radixlm::cpu::kv::KvPages;
 use radixlm::cpu::matmul::{matmul, CpuWeight, Input};
@@ -154,21 +154,34 @@ fn paged_kv(rng: &mut SplitMix64, kv_dim: usize, page_size: usize, len: usize) -
 
 #[test]
 fn attention_over_pages_matches_the_reference() {
-    // (heads, KV heads, head dim, cached, new tokens): decode, a warm step, a cold prefill with
-    // partial token blocks, a head size no multiple of 8, multi-head attention.
-    for (h, hkv, d, start, t) in [(9, 3, 64, 40, 1), (9, 3, 64, 47, 17), (4, 2, 32, 0, 35), (6, 2, 20, 15, 3), (4, 4, 64, 16, 16)] {
+    // (heads, KV heads, head dim, cached, new tokens, window): decode, a warm step, a cold
+    // prefill with partial token blocks, a head size no multiple of 8, multi-head attention;
+    // sliding windows (Gemma 3's heads) past, across and wider than the step.
+    let cases = [
+        (9, 3, 64, 40, 1, None),
+        (9, 3, 64, 47, 17, None),
+        (4, 2, 32, 0, 35, None),
+        (6, 2, 20, 15, 3, None),
+        (4, 4, 64, 16, 16, None),
+        (4, 1, 256, 600, 1, Some(512)),
+        (4, 1, 256, 500, 40, Some(512)),
+        (6, 2, 32, 20, 35, Some(7)),
+        (6, 2, 32, 0, 20, Some(64)),
+    ];
+    for (h, hkv, d, start, t, window) in cases {
         let mut rng = SplitMix64((h * 100 + start + t) as u64);
         let (kv, pages, k, v) = paged_kv(&mut rng, hkv * d, 16, start + t);
         let q = randn(&mut rng, t * h * d);
-        let want = reference::attention(&q, &k, &v, h, hkv, d, start);
+        let mask = AttentionMask { window, scale: if window.is_some() { 0.8 } else { 1.0 } / (d as f32).sqrt() };
+        let want = reference::attention(&q, &k, &v, h, hkv, d, start, mask);
         for threads in [1, 2] {
             let shape = AttentionShape { n_heads: h, n_kv_heads: hkv, head_dim: d };
             let mut got = vec![0f32; t * h * d];
-            attention::<Native>(&Threads::new(Some(threads), &Spawner::Os).unwrap(), &shape, &kv, 0, &pages, start, &q, &mut got);
+            attention::<Native>(&Threads::new(Some(threads), &Spawner::Os).unwrap(), &shape, mask, &kv, 0, &pages, start, &q, &mut got);
             let e = norm_err(&got, &want);
-            assert!(e < 1e-5, "h={h} hkv={hkv} d={d} start={start} t={t} threads={threads}: {e}");
+            assert!(e < 1e-5, "h={h} hkv={hkv} d={d} start={start} t={t} window={window:?} threads={threads}: {e}");
             let mut twin = vec![0f32; t * h * d];
-            attention::<Scalar>(&Threads::new(Some(threads), &Spawner::Os).unwrap(), &shape, &kv, 0, &pages, start, &q, &mut twin);
+            attention::<Scalar>(&Threads::new(Some(threads), &Spawner::Os).unwrap(), &shape, mask, &kv, 0, &pages, start, &q, &mut twin);
             assert!(norm_err(&twin, &want) < 1e-5);
         }
     }

@@ -126,6 +126,40 @@ on_each_backend!(qwen3_models_match_the_reference, |backend: Backend| {
     check(backend, SyntheticSpec { attn_v_type: Some(GgmlType::Q4_0), tied_embeddings: true, ..qwen3 }, EngineOptions::default(), 21);
 });
 
+/// A small gemma3: six layers (five with windows of `window` positions, then a global one),
+/// heads wider than n_embd / n_heads, Q8_0.
+fn gemma3(window: usize) -> SyntheticSpec {
+    SyntheticSpec { arch: SyntheticArch::Gemma3 { window }, n_layers: 6, head_dim: Some(64), weight_type: GgmlType::Q8_0, rope_base: 1_000_000.0, ..SyntheticSpec::tiny() }
+}
+
+on_each_backend!(gemma3_models_match_the_reference, |backend: Backend| {
+    // 60 positions over windows of 16: the whole prompt (the rows kernels on a CPU adapter)
+    // and token by token (split attention starting at the window), in both decode shapes.
+    check(backend, gemma3(16), EngineOptions { max_batch: 8, ..Default::default() }, 60);
+    check(backend, gemma3(16), EngineOptions { max_batch: 8, kernels: Some(KernelShapes::GPU), ..Default::default() }, 60);
+    // GELU-gated FFN apart (the up projection's own type), a soft cap on the logits, untied.
+    let capped = SyntheticSpec {
+        ffn_up_type: Some(GgmlType::Q4_0),
+        tied_embeddings: false,
+        extra_metadata: vec![("gemma3.final_logit_softcapping".into(), radixlm::gguf::MetaValue::F32(4.0))],
+        ..gemma3(24)
+    };
+    check(backend, capped, EngineOptions::default(), 40);
+    // The windows are applied: the engine is far nearer the reference with them than with
+    // windows wider than the prompt.
+    let ids = tokens(60, 512);
+    let reference = |spec: &SyntheticSpec| {
+        let r = ReferenceModel::load(&GgufFile::parse(&spec.to_gguf()).unwrap()).unwrap();
+        let all = r.forward(&ids, &mut ReferenceCache::default());
+        all[all.len() - spec.vocab_size..].to_vec()
+    };
+    let mut engine = backend.with_webgpu_limits().load(&gemma3(16).to_gguf(), &EngineOptions::default());
+    let got = engine.poller().block_on(engine.logits(&mut Sequence::default(), &ids)).unwrap();
+    let with = rel_err(&got, &reference(&gemma3(16)));
+    let without = rel_err(&got, &reference(&gemma3(1000)));
+    assert!(without > 20.0 * with, "error {with:.2e} against the reference with windows, {without:.2e} without");
+});
+
 on_each_backend!(llama3_rope_factors_match_the_reference, |backend: Backend| {
     // Llama 3.2's RoPE (base 500000, rope_freqs.weight) over 200 positions, both decode shapes.
     let spec = SyntheticSpec { rope_base: 500_000.0, llama3_rope: true, ..SyntheticSpec::tiny() };

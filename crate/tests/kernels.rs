@@ -12,6 +12,7 @@ use radixlm::gpu::executor::{block_on, open};
 use radixlm::gpu::ops::*;
 use radixlm::gpu::readback::read_f32;
 use radixlm::gpu::{Gpu, GpuWeight, LimitsPolicy, StepParams};
+use radixlm::model::config::FfnAct;
 use radixlm::model::reference;
 use radixlm::model::synthetic::SplitMix64;
 use std::sync::OnceLock;
@@ -186,7 +187,7 @@ fn matmul_with_the_rmsnorm_prologue() {
 }
 
 #[test]
-fn gated_matmul_is_silu_of_the_gate_times_up() {
+fn gated_matmul_is_the_activated_gate_times_up() {
     let mut rng = SplitMix64(13);
     let gpu = gpu(LimitsPolicy::Adapter);
     for ty in TYPES {
@@ -201,13 +202,15 @@ fn gated_matmul_is_silu_of_the_gate_times_up() {
             }
             let x = randn(&mut rng, t * k);
             let h = reference::rmsnorm(&x, &g, 1e-5);
-            let want = reference::silu_mul(&reference::matmul(&h, &gate, k, f), &reference::matmul(&h, &up, k, f));
+            // SiLU, and GELU on half the types (gemma3).
+            let act = if ty.id() % 2 == 0 { FfnAct::Silu } else { FfnAct::GeluTanh };
+            let want = reference::glu(act, &reference::matmul(&h, &gate, k, f), &reference::matmul(&h, &up, k, f));
             let step = gpu.uniform("step", &StepParams::new(t as u32, 0));
             let (xb, gb, yb) = (gpu.upload("x", f32_bytes(&x)), gpu.upload("g", f32_bytes(&g)), gpu.storage("y", (t * f * 4) as u64));
-            let op = Matmul::gated(gpu, shape, ty, k, f, 1e-5);
+            let op = Matmul::gated(gpu, shape, ty, k, f, 1e-5, act);
             let b = op.bind_normed(gpu, &step, &xb, &gb, &gw, &yb);
             run(gpu, |p| op.encode(p, &b, t as u32));
-            assert_close(&format!("gated matmul {} T={t} {shape:?}", ty.name()), &read(gpu, &yb, t * f), &want, tolerance(shape, t));
+            assert_close(&format!("gated matmul {} {act:?} T={t} {shape:?}", ty.name()), &read(gpu, &yb, t * f), &want, tolerance(shape, t));
         }
     }
 }
@@ -414,10 +417,12 @@ fn embed_every_type_with_split_table() {
         let row = ty.row_bytes(c).unwrap() as u64;
         let gw = GpuWeight::upload_with_max_part_bytes(gpu, "token_embd", ty, c, v, &data, 8 * row).unwrap();
         assert_eq!(gw.parts.len(), 5);
-        let op = Embed::new(gpu, ty, c);
+        // Scaled as gemma3's are, on every other type.
+        let scale = if ty.id() % 2 == 0 { 1.0 } else { (c as f32).sqrt() };
+        let op = Embed::new(gpu, ty, c, scale);
         for t in [1usize, 7, 33] {
             let ids: Vec<u32> = (0..t).map(|_| (rng.next_u64() % v as u64) as u32).collect();
-            let want: Vec<f32> = ids.iter().flat_map(|&id| table[id as usize * c..][..c].to_vec()).collect();
+            let want: Vec<f32> = ids.iter().flat_map(|&id| table[id as usize * c..][..c].iter().map(|v| v * scale)).collect();
             let step = gpu.uniform("step", &StepParams::new(t as u32, 0));
             let idb = gpu.upload("ids", bytemuck::cast_slice(&ids));
             let out = gpu.storage("out", (t * c * 4) as u64);
@@ -451,24 +456,36 @@ fn rmsnorm_rows_and_last_row() {
                     // A tree sum instead of a sequential one: a few f32 ulps on the scale.
                     assert_elementwise(&format!("rmsnorm C={c} T={t} last={last}"), &got, want, 1e-5, 1e-6);
                 }
+                // A post norm: the residual stream += the normalised rows.
+                let residual = randn(&mut rng, t * c);
+                let rb = gpu.upload("residual", f32_bytes(&residual));
+                let op = RmsNorm::add(gpu, c, 1e-5);
+                let b = op.bind(gpu, &step, &xb, &wb, &rb);
+                run(gpu, |p| op.encode(p, &b, t as u32));
+                let summed: Vec<f32> = residual.iter().zip(&want).map(|(r, w)| r + w).collect();
+                assert_elementwise(&format!("rmsnorm add C={c} T={t}"), &read(gpu, &rb, t * c), &summed, 1e-5, 1e-6);
             }
         }
     }
 }
 
 #[test]
-fn silu_mul_elementwise() {
+fn glu_elementwise() {
     let mut rng = SplitMix64(6);
     let gpu = gpu(LimitsPolicy::WebGpuDefault);
     let f = 257;
-    let op = SiluMul::new(gpu, f);
-    for t in [1usize, 7, 33] {
-        let (g, u) = (randn(&mut rng, t * f), randn(&mut rng, t * f));
-        let step = gpu.uniform("step", &StepParams::new(t as u32, 0));
-        let (gb, ub, out) = (gpu.upload("g", f32_bytes(&g)), gpu.upload("u", f32_bytes(&u)), gpu.storage("out", (t * f * 4) as u64));
-        let b = op.bind(gpu, &step, &gb, &ub, &out);
-        run(gpu, |p| op.encode(p, &b, t as u32));
-        assert_elementwise(&format!("silu_mul T={t}"), &read(gpu, &out, t * f), &reference::silu_mul(&g, &u), 1e-5, 1e-6);
+    for act in [FfnAct::Silu, FfnAct::GeluTanh] {
+        let op = Glu::new(gpu, f, act);
+        for t in [1usize, 7, 33] {
+            // Gates out to ±12: GELU's tanh saturates there.
+            let g: Vec<f32> = randn(&mut rng, t * f).iter().map(|v| v * 4.0).collect();
+            let u = randn(&mut rng, t * f);
+            let step = gpu.uniform("step", &StepParams::new(t as u32, 0));
+            let (gb, ub, out) = (gpu.upload("g", f32_bytes(&g)), gpu.upload("u", f32_bytes(&u)), gpu.storage("out", (t * f * 4) as u64));
+            let b = op.bind(gpu, &step, &gb, &ub, &out);
+            run(gpu, |p| op.encode(p, &b, t as u32));
+            assert_elementwise(&format!("glu {act:?} T={t}"), &read(gpu, &out, t * f), &reference::glu(act, &g, &u), 1e-5, 1e-5);
+        }
     }
 }
 
@@ -566,6 +583,17 @@ fn f16_round(v: &[f32]) -> Vec<f32> {
 /// which bounds how many key splits a step may use). Returns how the step ran.
 #[allow(clippy::too_many_arguments)]
 fn check_kv_and_attention(gpu: &Gpu, rng: &mut SplitMix64, shape: AttentionShape, h: usize, hkv: usize, d: usize, page: usize, start: usize, t: usize, max_batch: usize) -> AttentionPlan {
+    check_windowed_attention(gpu, rng, shape, h, hkv, d, page, start, t, max_batch, None)
+}
+
+/// `check_kv_and_attention` for a layer whose queries see `window` positions (and a scale
+/// other than 1/sqrt(D), as Gemma 3 27B's).
+#[allow(clippy::too_many_arguments)]
+fn check_windowed_attention(gpu: &Gpu, rng: &mut SplitMix64, shape: AttentionShape, h: usize, hkv: usize, d: usize, page: usize, start: usize, t: usize, max_batch: usize, window: Option<usize>) -> AttentionPlan {
+    let mask = match window {
+        None => AttentionMask::causal(d),
+        Some(w) => AttentionMask { window: Some(w), scale: 0.75 / (d as f32).sqrt() },
+    };
     let len = start + t;
     let (page_table, pool) = shuffled_pages(rng, len.div_ceil(page));
     let page_table = &page_table[..];
@@ -584,7 +612,7 @@ fn check_kv_and_attention(gpu: &Gpu, rng: &mut SplitMix64, shape: AttentionShape
     };
     let (kc, vc) = (paged(&k16), paged(&v16));
     let ptb = gpu.upload("page_table", bytemuck::cast_slice(page_table));
-    let op = AttentionPaged::new(gpu, shape, h, hkv, d, page, max_batch);
+    let op = AttentionPaged::new(gpu, shape, mask, h, hkv, d, page, max_batch);
     let step = gpu.uniform("step", &StepParams::new(t as u32, start as u32));
     let plan = op.plan(t as u32, start as u32);
     let split = gpu.uniform("split", &plan.split_params());
@@ -594,8 +622,8 @@ fn check_kv_and_attention(gpu: &Gpu, rng: &mut SplitMix64, shape: AttentionShape
     let b = op.bind(gpu, &step, &split, &qb, &ptb, &kc, &vc, &scratch, &out);
     run(gpu, |p| op.encode(p, &b, t as u32, start as u32, plan));
     // The reference is fed the same f16-rounded K/V, so only summation order differs.
-    let want = reference::attention(&q, &k16, &v16, h, hkv, d, start);
-    let what = format!("{shape:?} attention H={h} Hkv={hkv} D={d} page={page} start={start} T={t} as {plan:?}");
+    let want = reference::attention(&q, &k16, &v16, h, hkv, d, start, mask);
+    let what = format!("{shape:?} attention H={h} Hkv={hkv} D={d} page={page} start={start} T={t} window={window:?} as {plan:?}");
     assert_close(&what, &read(gpu, &out, t * h * d), &want, 1e-4);
     plan
 }
@@ -642,9 +670,36 @@ fn paged_attention() {
     // and so does a step whose score matrix would outgrow the 32 MiB scratch.
     assert!(splits(check(Lanes, 3, 3, 36, 16, 50, 5, 64)) > 0);
     assert_eq!(check(Lanes, 8, 1, 64, 16, 1500, 2, 64), AttentionPlan::Rows);
-    let op = AttentionPaged::new(gpu, Lanes, 8, 1, 64, 16, 512);
+    let op = AttentionPaged::new(gpu, Lanes, AttentionMask::causal(64), 8, 1, 64, 16, 512);
     assert_eq!(op.plan(512, 1500), AttentionPlan::Rows); // 4096 rows × 2013 keys: 31.5 MiB
     assert!(splits(op.plan(512, 1600)) > 0);
+}
+
+#[test]
+fn paged_attention_in_a_sliding_window() {
+    use AttentionShape::{Lanes, Tiled};
+    let mut rng = SplitMix64(21);
+    let gpu = gpu(LimitsPolicy::Adapter);
+    let mut check = |shape, h, hkv, d, start, t, max_batch, window| check_windowed_attention(gpu, &mut rng, shape, h, hkv, d, 16, start, t, max_batch, Some(window));
+    for shape in [Tiled, Lanes] {
+        // Decode past the window, a step straddling it, a step inside it.
+        check(shape, 6, 2, 64, 40, 1, 64, 16);
+        check(shape, 6, 2, 64, 10, 20, 64, 16);
+        check(shape, 6, 2, 64, 3, 5, 64, 16);
+        // Gemma 3's heads (4 over 1 KV head of 256) and window, decode and a warm step far past it.
+        let decode = check(shape, 4, 1, 256, 1500, 1, 64, 512);
+        assert!(splits(decode) > 1, "{decode:?}");
+        check(shape, 4, 1, 256, 1000, 40, 512, 512);
+        // A window shorter than the step, every query's keys starting at its own.
+        check(shape, 4, 1, 64, 100, 33, 64, 7);
+        check(shape, 4, 1, 64, 0, 33, 64, 7);
+    }
+    // The split plan covers only the window: the keys before it are not split over.
+    let op = AttentionPaged::new(gpu, Tiled, AttentionMask { window: Some(512), scale: 0.0625 }, 4, 1, 256, 16, 64);
+    match op.plan(1, 4000) {
+        AttentionPlan::Splits(s) => assert!(s.first == 4000 + 1 - 512 && s.splits * s.keys_per_split >= 512 && (s.splits - 1) * s.keys_per_split < 512, "{s:?}"),
+        AttentionPlan::Rows => panic!("decode planned as rows"),
+    }
 }
 
 #[test]

@@ -1,8 +1,10 @@
 //! The architectures and format mixes people download, as llama.cpp's own quantizer writes
 //! them, against llama.cpp: a small synthetic llama with Llama 3.x's RoPE factors, a qwen2
 //! (biases on q/k/v, NEOX RoPE) and a qwen3 (per-head q/k norms, NEOX RoPE, heads wider than
-//! the embedding), each quantized to Q4_K_M, Q5_K_M, Q6_K, Q5_0, Q5_1 and BF16
-//! (crate/tests/fixtures/models, by scripts/make_model_goldens.py). On each: the prompt's ids,
+//! the embedding), each quantized to Q4_K_M, Q5_K_M, Q6_K, Q5_0, Q5_1 and BF16 (qwen3 to Q8_0
+//! and Q4_0 too), and a gemma3 (sliding windows of 16 positions in five of its six layers, post
+//! norms, GELU) in Q4_K_M, Q8_0 and Q4_0 (crate/tests/fixtures/models, by
+//! scripts/make_model_goldens.py). On each: the prompt's ids,
 //! the logits after it within a bound per mix, 32 greedy tokens equal up to a near tie, and the
 //! prefix cache's warm run equal to the cold one; in the adapter's kernel shapes and in the
 //! real-GPU shapes.
@@ -91,7 +93,7 @@ fn gpu() -> Arc<Gpu> {
 
 fn check_mixes(target: impl Fn() -> Target, kernels: Option<KernelShapes>) {
     let goldens: Goldens = serde_json::from_str(&std::fs::read_to_string(fixtures().join("goldens.json")).unwrap()).unwrap();
-    assert_eq!(goldens.cases.len(), 18, "a case per architecture and mix");
+    assert_eq!(goldens.cases.len(), 23, "a case per architecture and mix");
     for case in &goldens.cases {
         let bytes = std::fs::read(fixtures().join(&case.file)).unwrap();
         let target = target();
@@ -100,7 +102,8 @@ fn check_mixes(target: impl Fn() -> Target, kernels: Option<KernelShapes>) {
         match case.arch.as_str() {
             "llama3" => assert!(engine.cfg.arch == "llama" && engine.cfg.rope_factors, "{}: Llama 3.x's rope_freqs.weight", case.file),
             "qwen2" => assert!(engine.cfg.arch == "qwen2" && engine.cfg.qkv_bias && engine.cfg.rope_neox, "{}: qwen2", case.file),
-            _ => assert!(engine.cfg.arch == "qwen3" && engine.cfg.qk_norm && engine.cfg.rope_neox && engine.cfg.q_dim() == 2 * engine.cfg.n_embd, "{}: qwen3", case.file),
+            "qwen3" => assert!(engine.cfg.arch == "qwen3" && engine.cfg.qk_norm && engine.cfg.rope_neox && engine.cfg.q_dim() == 2 * engine.cfg.n_embd, "{}: qwen3", case.file),
+            _ => assert!(engine.cfg.arch == "gemma3" && engine.cfg.post_norms && engine.cfg.window(0) == Some(16) && engine.cfg.window(5).is_none(), "{}: gemma3", case.file),
         }
 
         let ids = engine.tokenizer.encode(&goldens.prompt, true).unwrap();

@@ -172,8 +172,12 @@ enum Command {
         qwen2: bool,
         /// qwen3's architecture (per-head q and k norms, NEOX RoPE, heads twice the preset's
         /// width, as Qwen3's are wider than n_embd / n_heads) in place of llama's.
-        #[arg(long)]
+        #[arg(long, conflicts_with_all = ["qwen2", "gemma3"])]
         qwen3: bool,
+        /// gemma3's architecture with sliding windows of this many positions (qwen3's attention,
+        /// every sixth layer global, post norms, GELU, scaled embeddings) in place of llama's.
+        #[arg(long, value_name = "WINDOW", conflicts_with = "qwen2")]
+        gemma3: Option<usize>,
         /// Layers (the preset's own when absent).
         #[arg(long)]
         layers: Option<usize>,
@@ -386,7 +390,7 @@ fn run(cli: Cli) -> Result<(), AnyError> {
             print_stats(&gen);
             Ok(())
         }
-        Command::Synth { preset, r#type, untied, llama3_rope, qwen2, qwen3, layers, out } => {
+        Command::Synth { preset, r#type, untied, llama3_rope, qwen2, qwen3, gemma3, layers, out } => {
             let mut spec = match preset {
                 SynthPreset::Tiny => SyntheticSpec::tiny(),
                 SynthPreset::Tiny256 => SyntheticSpec::tiny_256(),
@@ -404,6 +408,9 @@ fn run(cli: Cli) -> Result<(), AnyError> {
             }
             if qwen3 {
                 spec = SyntheticSpec { arch: SyntheticArch::Qwen3, head_dim: Some(2 * spec.head_dim()), rope_base: 1_000_000.0, ..spec };
+            }
+            if let Some(window) = gemma3 {
+                spec = SyntheticSpec { arch: SyntheticArch::Gemma3 { window }, head_dim: Some(2 * spec.head_dim()), rope_base: 1_000_000.0, ..spec };
             }
             spec.n_layers = layers.unwrap_or(spec.n_layers).max(1);
             if let Some(ty) = r#type {

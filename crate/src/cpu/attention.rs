@@ -17,13 +17,15 @@ pub struct AttentionShape {
     pub head_dim: usize,
 }
 
+pub use crate::model::reference::AttentionMask;
+
 /// Tokens of a step one task takes.
 const TOKEN_BLOCK: usize = 16;
 
-/// `out` (T, H·D) = softmax(q·Kᵀ / √D) · V for each query head, over layer `layer`'s pages,
-/// `q` (T, H·D) rotated.
+/// `out` (T, H·D) = softmax(q·Kᵀ · scale) · V for each query head, over layer `layer`'s pages,
+/// `q` (T, H·D) rotated; keys outside a query's window (`mask`) are never read.
 #[allow(clippy::too_many_arguments)]
-pub fn attention<S: Simd>(threads: &Threads, shape: &AttentionShape, kv: &KvPages, layer: usize, pages: &[u32], start_pos: usize, q: &[f32], out: &mut [f32]) {
+pub fn attention<S: Simd>(threads: &Threads, shape: &AttentionShape, mask: AttentionMask, kv: &KvPages, layer: usize, pages: &[u32], start_pos: usize, q: &[f32], out: &mut [f32]) {
     let (h, hkv, d) = (shape.n_heads, shape.n_kv_heads, shape.head_dim);
     let t = q.len() / (h * d);
     let group = h / hkv;
@@ -39,22 +41,26 @@ pub fn attention<S: Simd>(threads: &Threads, shape: &AttentionShape, kv: &KvPage
         let heads = set * heads_per_task..(set + 1) * heads_per_task;
         let kv_head = heads.start / group;
         let rows: Vec<(usize, usize)> = tokens.clone().flat_map(|ti| heads.clone().map(move |hi| (ti, hi))).collect();
+        // Token ti sees keys first(ti)..n_keys(ti); the task's tokens together first(block
+        // start)..n_keys(block end), `span` keys, score p of a row kept at p - lo.
         let n_keys = |ti: usize| start_pos + ti + 1;
-        let max_keys = n_keys(tokens.end - 1);
-        let scale = 1.0 / (d as f32).sqrt();
-        let mut scores = vec![0f32; rows.len() * max_keys];
+        let first = |ti: usize| mask.first_key(start_pos + ti);
+        let sees = |ti: usize, p: usize| p >= first(ti) && p < n_keys(ti);
+        let lo = first(tokens.start);
+        let span = n_keys(tokens.end - 1) - lo;
+        let mut scores = vec![0f32; rows.len() * span];
         let mut row = vec![0f32; d];
-        for p in 0..max_keys {
+        for p in lo..lo + span {
             widen::<S>(&kv.k[layer][kv.slot(pages, p) + kv_head * d..][..d], &mut row);
             for (r, &(ti, hi)) in rows.iter().enumerate() {
-                if p < n_keys(ti) {
-                    scores[r * max_keys + p] = dot::<S>(&q[(ti * h + hi) * d..][..d], &row) * scale;
+                if sees(ti, p) {
+                    scores[r * span + p - lo] = dot::<S>(&q[(ti * h + hi) * d..][..d], &row) * mask.scale;
                 }
             }
         }
         let mut sums = vec![0f32; rows.len()];
         for (r, &(ti, _)) in rows.iter().enumerate() {
-            let s = &mut scores[r * max_keys..r * max_keys + n_keys(ti)];
+            let s = &mut scores[r * span + first(ti) - lo..r * span + n_keys(ti) - lo];
             let max = s.iter().copied().fold(f32::NEG_INFINITY, f32::max);
             for x in s.iter_mut() {
                 *x = (*x - max).exp();
@@ -62,11 +68,11 @@ pub fn attention<S: Simd>(threads: &Threads, shape: &AttentionShape, kv: &KvPage
             }
         }
         let mut acc = vec![0f32; rows.len() * d];
-        for p in 0..max_keys {
+        for p in lo..lo + span {
             widen::<S>(&kv.v[layer][kv.slot(pages, p) + kv_head * d..][..d], &mut row);
             for (r, &(ti, _)) in rows.iter().enumerate() {
-                if p < n_keys(ti) {
-                    axpy::<S>(&mut acc[r * d..(r + 1) * d], scores[r * max_keys + p], &row);
+                if sees(ti, p) {
+                    axpy::<S>(&mut acc[r * d..(r + 1) * d], scores[r * span + p - lo], &row);
                 }
             }
         }

@@ -3,9 +3,10 @@
 //! SIMD kernels (`simd`: AVX2 natively, simd128 in the browser) run on a pool of threads.
 //!
 //! Steps per layer, as the reference (model/reference.rs) and the GPU pass: RMSNorm → q, k, v
-//! in one product → biases, RoPE, K/V into the pages → attention → x += o-product → RMSNorm →
-//! gate and up in one product → SiLU·mul → x += down-product. Activations are quantized once
-//! per product input (`dot::quantize_q16`) for the quantized weights.
+//! in one product → biases, q/k norms, RoPE, K/V into the pages → attention → x += o-product
+//! (normalised first with post norms) → RMSNorm → gate and up in one product → act·mul →
+//! x += down-product (the same). Activations are quantized once per product input
+//! (`dot::quantize_q16`) for the quantized weights.
 
 pub mod attention;
 pub mod dot;
@@ -15,7 +16,7 @@ pub mod simd;
 pub mod threads;
 pub mod weights;
 
-use attention::{attention, AttentionShape};
+use attention::{attention, AttentionMask, AttentionShape};
 use dot::{quantize_q16, takes_q16, Q16Block};
 use kv::KvPages;
 use matmul::{matmul, CpuWeight, Input};
@@ -57,8 +58,11 @@ struct Scratch {
     q: Vec<f32>,   // (T, C) rotated queries
     att: Vec<f32>, // (T, C)
     gu: Vec<f32>,  // (T, 2F) gate then up
+    /// A product's output before its post norm (post norms only): (T, C).
+    post: Vec<f32>,
     q16: Vec<Q16Block>,
-    /// RoPE's cos and sin of each step position and pair: (T, D / 2).
+    /// RoPE's cos and sin of each step position and pair, per table (global, then the local
+    /// layers' where the model has them): (tables, T, D / 2).
     rope: Vec<(f32, f32)>,
 }
 
@@ -67,7 +71,8 @@ pub struct CpuBackend {
     model: CpuModel,
     pub kv: KvPages,
     threads: Threads,
-    rope_freqs: Vec<f32>, // (D / 2) model/rope.rs
+    /// Each RoPE table's frequencies (global, then local), (D / 2) each: model/rope.rs.
+    rope_freqs: Vec<Vec<f32>>,
     max_batch: usize,
     scratch: Scratch,
 }
@@ -86,10 +91,12 @@ impl CpuBackend {
             q: vec![0.0; t * qd],
             att: vec![0.0; t * qd],
             gu: vec![0.0; t * 2 * f],
+            post: if cfg.post_norms { vec![0.0; t * c] } else { Vec::new() },
             q16: vec![Q16Block::default(); t * c.max(f).max(qd) / 32],
-            rope: vec![(0.0, 0.0); t * cfg.head_dim / 2],
+            rope: Vec::new(),
         };
-        let rope_freqs = crate::model::rope::freqs(cfg.head_dim, cfg.rope_base, cfg.rope_freq_scale, rope_factors);
+        let rope_freqs: Vec<Vec<f32>> = std::iter::once(cfg.global_rope_freqs(rope_factors)).chain(cfg.local_rope_freqs()).collect();
+        let scratch = Scratch { rope: vec![(0.0, 0.0); rope_freqs.len() * t * cfg.head_dim / 2], ..scratch };
         Ok(Self { cfg: cfg.clone(), model, kv, threads, rope_freqs, max_batch, scratch })
     }
 
@@ -136,25 +143,32 @@ impl CpuBackend {
         let qkv_cols = qd + 2 * kvd;
         let s = &mut self.scratch;
         let th = &self.threads;
-        // Embedding rows.
+        // Embedding rows (scaled, for gemma3).
         let emb = &self.model.token_embd;
         for (row, &id) in s.x[..t * c].chunks_exact_mut(c).zip(tokens) {
             crate::gguf::blocks::dequantize(emb.ty, emb.row(id as usize), row);
+            if cfg.embd_scale != 1.0 {
+                row.iter_mut().for_each(|v| *v *= cfg.embd_scale);
+            }
         }
-        // RoPE's angles for this step's positions, shared by every layer and head.
-        for (ti, angles) in s.rope[..t * d / 2].chunks_exact_mut(d / 2).enumerate() {
-            let pos = (start_pos + ti) as f32;
-            for (a, &freq) in angles.iter_mut().zip(&self.rope_freqs) {
-                let (sin, cos) = (pos * freq).sin_cos();
-                *a = (cos, sin);
+        // RoPE's angles for this step's positions, per table, shared by the layers and heads.
+        let per_table = t * d / 2;
+        for (freqs, table) in self.rope_freqs.iter().zip(s.rope.chunks_exact_mut(per_table)) {
+            for (ti, angles) in table.chunks_exact_mut(d / 2).enumerate() {
+                let pos = (start_pos + ti) as f32;
+                for (a, &freq) in angles.iter_mut().zip(freqs) {
+                    let (sin, cos) = (pos * freq).sin_cos();
+                    *a = (cos, sin);
+                }
             }
         }
         let shape = AttentionShape { n_heads: cfg.n_heads, n_kv_heads: cfg.n_kv_heads, head_dim: d };
         for (l, w) in self.model.layers.iter().enumerate() {
-            // q, k, v = rmsnorm(x) · [wq; wk; wv]ᵀ (+ biases), then RoPE on q and k.
+            // q, k, v = rmsnorm(x) · [wq; wk; wv]ᵀ (+ biases), then q/k norms and RoPE.
             rmsnorm(&s.x[..t * c], &w.attn_norm, cfg.rms_eps, &mut s.h[..t * c]);
             let qkv = [&w.wq, &w.wk, &w.wv];
             product::<S>(th, &qkv, &s.h[..t * c], t, c, &mut s.q16, &mut s.qkv[..t * qkv_cols], qkv_cols, false);
+            let table = &s.rope[if cfg.local_rope(l) { per_table } else { 0 }..][..per_table];
             for (ti, row) in s.qkv[..t * qkv_cols].chunks_exact_mut(qkv_cols).enumerate() {
                 if let Some(b) = &w.qkv_bias {
                     row.iter_mut().zip(b).for_each(|(x, b)| *x += b);
@@ -164,26 +178,29 @@ impl CpuBackend {
                     rmsnorm_in_place(q, nq, cfg.rms_eps);
                     rmsnorm_in_place(k, nk, cfg.rms_eps);
                 }
-                let angles = &s.rope[ti * d / 2..(ti + 1) * d / 2];
+                let angles = &table[ti * d / 2..(ti + 1) * d / 2];
                 for head in row[..qd + kvd].chunks_exact_mut(d) {
                     rope(head, angles, cfg.rope_neox);
                 }
                 s.q[ti * qd..(ti + 1) * qd].copy_from_slice(&row[..qd]);
                 self.kv.write_token(l, pages, start_pos + ti, &row[qd..qd + kvd], &row[qd + kvd..]);
             }
-            attention::<S>(th, &shape, &self.kv, l, pages, start_pos, &s.q[..t * qd], &mut s.att[..t * qd]);
-            // x += attention · woᵀ.
-            product::<S>(th, &[&w.wo], &s.att[..t * qd], t, qd, &mut s.q16, &mut s.x[..t * c], c, true);
-            // x += (silu(n · gateᵀ) * (n · upᵀ)) · downᵀ, n = rmsnorm(x).
+            let mask = AttentionMask { window: cfg.window(l), scale: cfg.attn_scale };
+            attention::<S>(th, &shape, mask, &self.kv, l, pages, start_pos, &s.q[..t * qd], &mut s.att[..t * qd]);
+            // x += attention · woᵀ (normalised first with post norms).
+            let post = w.post_norms.as_ref().map(|(attn, _)| attn);
+            residual::<S>(th, &w.wo, &s.att[..t * qd], t, qd, &mut s.q16, &mut s.x[..t * c], &mut s.post, post, cfg.rms_eps);
+            // x += (act(n · gateᵀ) * (n · upᵀ)) · downᵀ, n = rmsnorm(x).
             rmsnorm(&s.x[..t * c], &w.ffn_norm, cfg.rms_eps, &mut s.h[..t * c]);
             product::<S>(th, &[&w.w_gate, &w.w_up], &s.h[..t * c], t, c, &mut s.q16, &mut s.gu[..t * 2 * f], 2 * f, false);
             for (gu, out) in s.gu[..t * 2 * f].chunks_exact(2 * f).zip(s.h[..t * f].chunks_exact_mut(f)) {
                 let (g, u) = gu.split_at(f);
                 for ((o, &g), &u) in out.iter_mut().zip(g).zip(u) {
-                    *o = g / (1.0 + (-g).exp()) * u;
+                    *o = cfg.ffn_act.apply(g) * u;
                 }
             }
-            product::<S>(th, &[&w.w_down], &s.h[..t * f], t, f, &mut s.q16, &mut s.x[..t * c], c, true);
+            let post = w.post_norms.as_ref().map(|(_, ffn)| ffn);
+            residual::<S>(th, &w.w_down, &s.h[..t * f], t, f, &mut s.q16, &mut s.x[..t * c], &mut s.post, post, cfg.rms_eps);
         }
     }
 
@@ -194,6 +211,7 @@ impl CpuBackend {
         rmsnorm(&s.x[(t - 1) * c..t * c], &self.model.output_norm, self.cfg.rms_eps, &mut s.h[..c]);
         let mut logits = vec![0f32; v];
         product::<S>(&self.threads, &[self.model.lm_head()], &s.h[..c], 1, c, &mut s.q16, &mut logits, v, false);
+        self.cfg.cap_logits(&mut logits);
         logits
     }
 
@@ -227,6 +245,22 @@ fn product<S: Simd>(threads: &Threads, weights: &[&CpuWeight], x: &[f32], t: usi
     quantize_q16(&x[..blocks * 32], &mut q16[..blocks]);
     let input = Input { t, k, x, q16: &q16[..blocks] };
     matmul::<S>(threads, weights, &input, y, y_cols, 0, add);
+}
+
+/// `x += y`, y = input · wᵀ; with a post norm, y is RMS-normalised and scaled by it first
+/// (made in `post`, (T, C)).
+#[allow(clippy::too_many_arguments)]
+fn residual<S: Simd>(th: &Threads, w: &CpuWeight, input: &[f32], t: usize, k: usize, q16: &mut [Q16Block], x: &mut [f32], post: &mut [f32], post_norm: Option<&Vec<f32>>, eps: f32) {
+    let c = x.len() / t;
+    match post_norm {
+        None => product::<S>(th, &[w], input, t, k, q16, x, c, true),
+        Some(norm) => {
+            let y = &mut post[..t * c];
+            product::<S>(th, &[w], input, t, k, q16, y, c, false);
+            rmsnorm_in_place(y, norm, eps);
+            x.iter_mut().zip(y.iter()).for_each(|(x, y)| *x += y);
+        }
+    }
 }
 
 /// RMS normalisation of each row of `x`, scaled by `w`, into `out`.

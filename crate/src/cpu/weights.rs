@@ -12,8 +12,10 @@ pub struct CpuLayer {
     pub wv: CpuWeight,       // (Hkv·D rows of C)
     /// q's, k's and v's biases one after another (qwen2): (H·D + 2·Hkv·D).
     pub qkv_bias: Option<Vec<f32>>,
-    /// q's and k's per-head norm weights (qwen3): (D) each.
+    /// q's and k's per-head norm weights (qwen3, gemma3): (D) each.
     pub qk_norm: Option<(Vec<f32>, Vec<f32>)>,
+    /// Norm weights of attention's and the FFN's outputs (gemma3): (C) each.
+    pub post_norms: Option<(Vec<f32>, Vec<f32>)>,
     pub wo: CpuWeight,       // (C rows of H·D)
     pub ffn_norm: Vec<f32>,  // (C)
     pub w_gate: CpuWeight,   // (F rows of C)
@@ -44,8 +46,10 @@ impl CpuModel {
                     None
                 };
                 let qk_norm = if cfg.qk_norm { Some((f32s(&bytes(take, &n("attn_q_norm"))?), f32s(&bytes(take, &n("attn_k_norm"))?))) } else { None };
+                let post_norms = if cfg.post_norms { Some((f32s(&bytes(take, &n("post_attention_norm"))?), f32s(&bytes(take, &n("post_ffw_norm"))?))) } else { None };
                 Ok(CpuLayer {
                     qk_norm,
+                    post_norms,
                     attn_norm: f32s(&bytes(take, &n("attn_norm"))?),
                     wq: matrix(f, take, &n("attn_q"))?,
                     wk: matrix(f, take, &n("attn_k"))?,

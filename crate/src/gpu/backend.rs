@@ -10,6 +10,7 @@ use super::model_weights::ModelWeights;
 use super::ops::{KernelShapes, KvQuant, KvQuantBinding, SpillParams};
 use super::readback::{map_read, read_u32, work_done};
 use crate::engine::backend::{Head, HeadOut};
+use crate::engine::sampling::Top2;
 use crate::engine::EngineError;
 use crate::kv::spill::QuantLayout;
 use crate::model::Config;
@@ -25,6 +26,8 @@ pub struct GpuBackend {
     pool: KvPool,
     forward: Forward,
     quant: Option<PageQuant>,
+    /// The final logits' soft cap, applied to what is read back (`Config::cap_logits`).
+    cfg: Config,
 }
 
 /// Pages quantized on the GPU, their packed words on their way to a staging buffer.
@@ -46,7 +49,7 @@ impl GpuBackend {
         alloc.finish().await?;
         let forward = forward?;
         gpu.check()?;
-        Ok(Self { gpu, _weights: weights, pool, forward, quant: None })
+        Ok(Self { gpu, _weights: weights, pool, forward, quant: None, cfg: cfg.clone() })
     }
 
     pub fn max_batch(&self) -> usize {
@@ -66,9 +69,21 @@ impl GpuBackend {
                 work_done(gpu).await?;
                 HeadOut::None
             }
-            Head::Logits => HeadOut::Logits(self.forward.run_logits(gpu, tokens, start_pos, pages).await?),
-            Head::Greedy { ban_stops } => HeadOut::Picked(self.forward.run_greedy(gpu, tokens, start_pos, pages, ban_stops).await?),
-            Head::TopK { ban_stops } => HeadOut::Candidates(self.forward.run_top_k(gpu, tokens, start_pos, pages, ban_stops).await?),
+            // The soft cap is monotonic: the GPU picks and ranks uncapped logits, and the
+            // values read back are capped here.
+            Head::Logits => {
+                let mut logits = self.forward.run_logits(gpu, tokens, start_pos, pages).await?;
+                self.cfg.cap_logits(&mut logits);
+                HeadOut::Logits(logits)
+            }
+            Head::Greedy { ban_stops } => {
+                let top2 = self.forward.run_greedy(gpu, tokens, start_pos, pages, ban_stops).await?;
+                HeadOut::Picked(Top2 { best: self.cfg.cap_logit(top2.best), second: self.cfg.cap_logit(top2.second), ..top2 })
+            }
+            Head::TopK { ban_stops } => {
+                let candidates = self.forward.run_top_k(gpu, tokens, start_pos, pages, ban_stops).await?;
+                HeadOut::Candidates(candidates.into_iter().map(|(id, l)| (id, self.cfg.cap_logit(l))).collect())
+            }
         };
         gpu.check()?;
         Ok(out)

@@ -8,8 +8,8 @@
 
 use crate::gpu::context::Gpu;
 use crate::gpu::ops::{
-    topk, AttentionInput, AttentionPaged, AttentionPlan, AttentionPagedBinding, Embed, EmbedBinding, KernelShapes, Matmul, MatmulBinding, PickParams, QkNorm, QkNormBinding, RmsNorm, RopeTable,
-    RmsNormBinding, SiluMul, SiluMulBinding, SplitParams, Top2, Top2Binding, Top2Op, TopKBinding, TopKOp, TOP2_BYTES, TOPK_BYTES,
+    topk, AttentionInput, AttentionMask, AttentionPaged, AttentionPlan, AttentionPagedBinding, Embed, EmbedBinding, Glu, GluBinding, KernelShapes, Matmul, MatmulBinding, PickParams, QkNorm,
+    QkNormBinding, RmsNorm, RmsNormBinding, RopeTable, SplitParams, Top2, Top2Binding, Top2Op, TopKBinding, TopKOp, TOP2_BYTES, TOPK_BYTES,
 };
 use crate::gpu::profile::{OpRole, Profiler, Recorder};
 use crate::gpu::readback::map_read;
@@ -24,19 +24,24 @@ use crate::engine::EngineError;
 /// pipeline cache). The RMSNorms are the prologues of the q/k/v and gate/up products; RoPE and
 /// the KV-page write are the epilogue of q/k/v (with per-head q/k norms, of `qk_norm`).
 struct Layer {
+    /// A sliding-window layer: its attention runs the local plan (`Forward::split[1]`).
+    local: bool,
     /// q, k and v: one product where the weights are one (`AttnIn::Qkv`), else three.
     attn_in: Vec<(Matmul, MatmulBinding)>,
     qk_norm: Option<(QkNorm, QkNormBinding)>,
     attn: (AttentionPaged, AttentionPagedBinding),
+    /// x += a·Woᵀ, or with post norms `post` = a·Woᵀ and then x += rmsnorm(post) (the second op).
     o: (Matmul, MatmulBinding),
+    o_post: Option<(RmsNorm, RmsNormBinding)>,
     ffn_in: FfnInput,
     down: (Matmul, MatmulBinding),
+    down_post: Option<(RmsNorm, RmsNormBinding)>,
 }
 
-/// The FFN's gate, up and SiLU·mul: one gated product where the weights are one (`FfnIn`).
+/// The FFN's gate, up and act·mul: one gated product where the weights are one (`FfnIn`).
 enum FfnInput {
     GateUp(Matmul, MatmulBinding),
-    Apart { gate: (Matmul, MatmulBinding), up: (Matmul, MatmulBinding), silu: (SiluMul, SiluMulBinding) },
+    Apart { gate: (Matmul, MatmulBinding), up: (Matmul, MatmulBinding), glu: (Glu, GluBinding) },
 }
 
 pub struct Forward {
@@ -48,7 +53,9 @@ pub struct Forward {
     step_last: wgpu::Buffer,  // StepParams for the LM head: one row
     ids: wgpu::Buffer,        // (T) u32
     page_table: wgpu::Buffer, // (max_pages) u32
-    split: wgpu::Buffer,      // SplitParams: how attention splits this step's keys
+    /// SplitParams: how attention splits this step's keys, for the global layers and (second)
+    /// the sliding-window ones.
+    split: [wgpu::Buffer; 2],
     logits: wgpu::Buffer,     // (1, V) f32
     logits_staging: wgpu::Buffer,
     /// The ids a greedy pick may skip (the end-of-sequence tokens) and how many to skip.
@@ -100,13 +107,15 @@ impl Forward {
         let step_last = gpu.uniform("step.last", &StepParams::default());
         let ids = gpu.storage("ids", t * 4);
         let page_table = gpu.storage("page_table", max_pages as u64 * 4);
-        let split = gpu.uniform("attention.split", &SplitParams::default());
+        let split = [gpu.uniform("attention.split", &SplitParams::default()), gpu.uniform("attention.split.local", &SplitParams::default())];
         let x = act("x", c); // (T, C) the residual stream
         let q = act("q", qd); // (T, H·D), rotated
         // With per-head q/k norms, q and k as the product made them: (T, H·D + Hkv·D).
         let qk_raw = cfg.qk_norm.then(|| act("qk_raw", qd + cfg.kv_dim() as u64));
         let att = act("att", qd); // (T, H·D)
         let ffn = act("ffn", f); // (T, F)
+        // With post norms, the o and down products' outputs before their norms: (T, C).
+        let post = cfg.post_norms.then(|| act("post", c));
         // Gate and up outputs apart, only for layers whose weights are apart.
         let apart = w.layers.iter().any(|l| matches!(l.ffn_in, FfnIn::Apart { .. })).then(|| (act("gate", f), act("up", f)));
         let last = gpu.storage("last", c * 4); // (1, C)
@@ -118,19 +127,30 @@ impl Forward {
         let picked_staging = staging(gpu, "picked.staging", TOP2_BYTES);
 
         let (nh, nkv, d, ps) = (cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, pool.page_size);
-        let embed_op = Embed::new(gpu, w.token_embd.ty, cfg.n_embd);
+        let embed_op = Embed::new(gpu, w.token_embd.ty, cfg.n_embd, cfg.embd_scale);
         let embed_b = embed_op.bind(gpu, &step, &ids, &w.token_embd, &x);
         let mut layers = Vec::with_capacity(cfg.n_layers);
         let mut attn_scratch = None;
         let (n_q, n_kv) = (cfg.q_dim(), cfg.kv_dim());
-        let rope_freqs = crate::model::rope::freqs(d, cfg.rope_base, cfg.rope_freq_scale, w.rope_factors.as_deref());
-        let rope_table = RopeTable::new(gpu, &rope_freqs);
-        let at = |first_row| AttentionInput { n_q, n_kv, first_row, head_dim: d, rope_freqs: &rope_table, rope_neox: cfg.rope_neox, bias: cfg.qkv_bias, qk_norm: cfg.qk_norm, page_size: ps };
-        // x += input · wᵀ: the residual adds of o and down.
-        let residual = |input: &wgpu::Buffer, w: &GpuWeight| {
-            let op = Matmul::with_shape(gpu, shapes.matmul, w.ty, w.k, w.n, true);
-            let binding = op.bind(gpu, &step, input, w, &x);
-            (op, binding)
+        let global_rope = RopeTable::new(gpu, &cfg.global_rope_freqs(w.rope_factors.as_deref()));
+        let local_rope = cfg.local_rope_freqs().map(|f| RopeTable::new(gpu, &f));
+        // x += input · wᵀ: the residual adds of o and down; with a post norm, the product into
+        // `post` and then x += rmsnorm(post) · norm_w.
+        let residual = |input: &wgpu::Buffer, w: &GpuWeight, post_norm: Option<&wgpu::Buffer>| -> Result<_, EngineError> {
+            let op = Matmul::with_shape(gpu, shapes.matmul, w.ty, w.k, w.n, post_norm.is_none());
+            match (post_norm, &post) {
+                (None, _) => {
+                    let binding = op.bind(gpu, &step, input, w, &x);
+                    Ok(((op, binding), None))
+                }
+                (Some(norm_w), Some(post)) => {
+                    let binding = op.bind(gpu, &step, input, w, post);
+                    let norm = RmsNorm::add(gpu, cfg.n_embd, cfg.rms_eps);
+                    let norm_b = norm.bind(gpu, &step, post, norm_w, &x);
+                    Ok(((op, binding), Some((norm, norm_b))))
+                }
+                (Some(_), None) => Err(EngineError::Internal("post norm weights without their buffer")),
+            }
         };
         let normed = |w: &GpuWeight, norm_w: &wgpu::Buffer, y: &wgpu::Buffer| {
             let op = Matmul::with_norm(gpu, shapes.matmul, w.ty, w.k, w.n, false, cfg.rms_eps);
@@ -139,6 +159,12 @@ impl Forward {
         };
         for (i, lw) in w.layers.iter().enumerate() {
             let caches = [&pool.k[i], &pool.v[i]];
+            let local = cfg.window(i).is_some();
+            let rope_table = match (&local_rope, cfg.local_rope(i)) {
+                (Some(table), true) => table,
+                _ => &global_rope,
+            };
+            let at = |first_row| AttentionInput { n_q, n_kv, first_row, head_dim: d, rope_freqs: rope_table, rope_neox: cfg.rope_neox, bias: cfg.qkv_bias, qk_norm: cfg.qk_norm, page_size: ps };
             let attention_input = |w: &GpuWeight, first_row| {
                 // NEOX RoPE pairs rows half a head apart: a weight split over bindings (rows
                 // beyond one storage binding) must split between heads.
@@ -156,37 +182,33 @@ impl Forward {
             let qk_norm = match (&lw.qk_norm, &qk_raw) {
                 (Some((q_norm, k_norm)), Some(raw)) => {
                     let op = QkNorm::new(gpu, n_q, n_kv, d, ps, cfg.rms_eps, cfg.rope_neox);
-                    let binding = op.bind(gpu, &step, raw, q_norm, k_norm, &page_table, &q, caches[0], &rope_table);
+                    let binding = op.bind(gpu, &step, raw, q_norm, k_norm, &page_table, &q, caches[0], rope_table);
                     Some((op, binding))
                 }
                 (None, None) => None,
                 _ => return Err(EngineError::Internal("q/k norm weights without their buffer, or the buffer without them")),
             };
-            let attn_op = AttentionPaged::new(gpu, shapes.attention, nh, nkv, d, ps, max_batch);
+            let mask = AttentionMask { window: cfg.window(i), scale: cfg.attn_scale };
+            let attn_op = AttentionPaged::new(gpu, shapes.attention, mask, nh, nkv, d, ps, max_batch);
             // Layers run one after another: they share one scratch buffer for attention's splits.
             let scratch = attn_scratch.get_or_insert_with(|| gpu.storage("attention.scratch", attn_op.scratch_bytes()));
-            let attn_b = attn_op.bind(gpu, &step, &split, &q, &page_table, caches[0], caches[1], scratch, &att);
+            let attn_b = attn_op.bind(gpu, &step, &split[local as usize], &q, &page_table, caches[0], caches[1], scratch, &att);
             let ffn_in = match (&lw.ffn_in, &apart) {
                 (FfnIn::GateUp(gu), _) => {
-                    let op = Matmul::gated(gpu, shapes.matmul, gu.ty, gu.k, cfg.n_ff, cfg.rms_eps);
+                    let op = Matmul::gated(gpu, shapes.matmul, gu.ty, gu.k, cfg.n_ff, cfg.rms_eps, cfg.ffn_act);
                     let binding = op.bind_normed(gpu, &step, &x, &lw.ffn_norm, gu, &ffn);
                     FfnInput::GateUp(op, binding)
                 }
                 (FfnIn::Apart { gate, up }, Some((g, u))) => {
-                    let silu = SiluMul::new(gpu, cfg.n_ff);
-                    let silu_b = silu.bind(gpu, &step, g, u, &ffn);
-                    FfnInput::Apart { gate: normed(gate, &lw.ffn_norm, g), up: normed(up, &lw.ffn_norm, u), silu: (silu, silu_b) }
+                    let glu = Glu::new(gpu, cfg.n_ff, cfg.ffn_act);
+                    let glu_b = glu.bind(gpu, &step, g, u, &ffn);
+                    FfnInput::Apart { gate: normed(gate, &lw.ffn_norm, g), up: normed(up, &lw.ffn_norm, u), glu: (glu, glu_b) }
                 }
                 (FfnIn::Apart { .. }, None) => return Err(EngineError::Internal("FFN weights apart without buffers for gate and up")),
             };
-            layers.push(Layer {
-                attn_in,
-                qk_norm,
-                attn: (attn_op, attn_b),
-                o: residual(&att, &lw.wo),
-                ffn_in,
-                down: residual(&ffn, &lw.w_down),
-            });
+            let (o, o_post) = residual(&att, &lw.wo, lw.post_norms.as_ref().map(|(attn, _)| attn))?;
+            let (down, down_post) = residual(&ffn, &lw.w_down, lw.post_norms.as_ref().map(|(_, ffn)| ffn))?;
+            layers.push(Layer { local, attn_in, qk_norm, attn: (attn_op, attn_b), o, o_post, ffn_in, down, down_post });
         }
         let final_norm_op = RmsNorm::new(gpu, cfg.n_embd, cfg.rms_eps, true);
         let final_norm_b = final_norm_op.bind(gpu, &step, &x, &w.output_norm, &last);
@@ -229,7 +251,7 @@ impl Forward {
 
     /// Ops in one pass of this model, at most: what a profiler must have room for.
     pub fn max_ops(&self) -> usize {
-        1 + 8 * self.layers.len() + 3
+        1 + 10 * self.layers.len() + 3
     }
 
     /// Runs `tokens` (at most `max_batch`) at positions `start_pos..`, writing their K/V into
@@ -282,8 +304,15 @@ impl Forward {
         q.write_buffer(&self.step, 0, bytemuck::bytes_of(&step));
         let last = StepParams { n_tokens: 1, start_pos: (start_pos + n - 1) as u32, ..Default::default() };
         q.write_buffer(&self.step_last, 0, bytemuck::bytes_of(&last));
-        let plan = self.layers.first().map_or(AttentionPlan::Splits(SplitParams::default()), |layer| layer.attn.0.plan(n as u32, start_pos as u32));
-        q.write_buffer(&self.split, 0, bytemuck::bytes_of(&plan.split_params()));
+        // One plan for the global layers and one for the sliding-window ones (their keys start
+        // later), each from a layer of its kind.
+        let plan_of = |local: bool| {
+            self.layers.iter().find(|l| l.local == local).map_or(AttentionPlan::Splits(SplitParams::default()), |layer| layer.attn.0.plan(n as u32, start_pos as u32))
+        };
+        let plans = [plan_of(false), plan_of(true)];
+        for (buffer, plan) in self.split.iter().zip(&plans) {
+            q.write_buffer(buffer, 0, bytemuck::bytes_of(&plan.split_params()));
+        }
         match (head, &self.topk) {
             (Head::Top2 { ban }, _) => {
                 let pick = PickParams { n_banned: if ban { self.n_banned } else { 0 }, ..Default::default() };
@@ -297,14 +326,14 @@ impl Forward {
         let ops = match &self.profiler {
             Some(p) => {
                 let mut rec = p.recorder(&mut enc);
-                self.record(&mut rec, n as u32, start_pos as u32, plan, head);
+                self.record(&mut rec, n as u32, start_pos as u32, plans, head);
                 let ops = rec.finish();
                 p.resolve(&mut enc, ops.len());
                 Some(ops)
             }
             None => {
                 let mut rec = Recorder::one_pass(&mut enc, "forward");
-                self.record(&mut rec, n as u32, start_pos as u32, plan, head);
+                self.record(&mut rec, n as u32, start_pos as u32, plans, head);
                 rec.finish();
                 None
             }
@@ -327,7 +356,7 @@ impl Forward {
     }
 
     /// Encodes the pass's ops, in order, for a batch of `t` tokens after `start_pos`.
-    fn record(&self, rec: &mut Recorder<'_>, t: u32, start_pos: u32, plan: AttentionPlan, head: Head) {
+    fn record(&self, rec: &mut Recorder<'_>, t: u32, start_pos: u32, plans: [AttentionPlan; 2], head: Head) {
         rec.op(OpRole::Embed, 1, |p| self.embed.0.encode(p, &self.embed.1, t));
         for layer in &self.layers {
             for (op, b) in &layer.attn_in {
@@ -337,19 +366,26 @@ impl Forward {
                 rec.op(OpRole::QkNorm, 1, |p| op.encode(p, b, t));
             }
             let (attn, attn_b) = &layer.attn;
+            let plan = plans[layer.local as usize];
             rec.op(OpRole::Attention, plan.dispatches(), |p| attn.encode(p, attn_b, t, start_pos, plan));
             let (o, o_b) = &layer.o;
             rec.op(OpRole::OutMatmul, o_b.dispatches(), |p| o.encode(p, o_b, t));
+            if let Some((norm, norm_b)) = &layer.o_post {
+                rec.op(OpRole::PostNorm, 1, |p| norm.encode(p, norm_b, t));
+            }
             match &layer.ffn_in {
                 FfnInput::GateUp(op, b) => rec.op(OpRole::GatedMatmul, b.dispatches(), |p| op.encode(p, b, t)),
-                FfnInput::Apart { gate: (gate, gate_b), up: (up, up_b), silu: (silu, silu_b) } => {
+                FfnInput::Apart { gate: (gate, gate_b), up: (up, up_b), glu: (glu, glu_b) } => {
                     rec.op(OpRole::GateUpMatmul, gate_b.dispatches(), |p| gate.encode(p, gate_b, t));
                     rec.op(OpRole::GateUpMatmul, up_b.dispatches(), |p| up.encode(p, up_b, t));
-                    rec.op(OpRole::SiluMul, 1, |p| silu.encode(p, silu_b, t));
+                    rec.op(OpRole::Glu, 1, |p| glu.encode(p, glu_b, t));
                 }
             }
             let (down, down_b) = &layer.down;
             rec.op(OpRole::DownMatmul, down_b.dispatches(), |p| down.encode(p, down_b, t));
+            if let Some((norm, norm_b)) = &layer.down_post {
+                rec.op(OpRole::PostNorm, 1, |p| norm.encode(p, norm_b, t));
+            }
         }
         if head != Head::None {
             rec.op(OpRole::FinalNorm, 1, |p| self.final_norm.0.encode(p, &self.final_norm.1, t));

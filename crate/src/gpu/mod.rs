@@ -12,7 +12,7 @@
 //! | `Matmul` with the RMSNorm prologue, RoPE and the KV write its epilogue | x (T, C), attn_norm, Wqkv (or Wq, Wk, Wv: ×3), page table | q (T, H·D); this layer's k_cache, v_cache (f16 pairs) |
 //! | `AttentionPaged` (split over the keys, then combined) | q, page table, k_cache, v_cache | a (T, H·D) |
 //! | `Matmul` (accumulate) | a, Wo | x += a·Woᵀ (the residual add) |
-//! | `Matmul` with the RMSNorm prologue and SiLU·mul its epilogue | x, ffn_norm, Wgate_up (or Wgate, Wup: ×2, then `SiluMul`) | f (T, F) |
+//! | `Matmul` with the RMSNorm prologue and act·mul its epilogue | x, ffn_norm, Wgate_up (or Wgate, Wup: ×2, then `Glu`) | f (T, F) |
 //! | `Matmul` (accumulate) | f, Wdown | x += f·Wdownᵀ |
 //!
 //! then `RmsNorm` with `last_row_only` (x → h1 (1, C)), `Matmul` for the LM head bound to a

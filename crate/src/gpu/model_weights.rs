@@ -12,8 +12,10 @@ pub struct LayerWeights {
     pub attn_in: AttnIn,
     /// q's, k's and v's biases one after another (qwen2): (H·D + 2·Hkv·D) f32.
     pub qkv_bias: Option<wgpu::Buffer>,
-    /// q's and k's per-head norm weights (qwen3): (D) f32 each.
+    /// q's and k's per-head norm weights (qwen3, gemma3): (D) f32 each.
     pub qk_norm: Option<(wgpu::Buffer, wgpu::Buffer)>,
+    /// Norm weights of attention's and the FFN's outputs (gemma3): (C) f32 each.
+    pub post_norms: Option<(wgpu::Buffer, wgpu::Buffer)>,
     pub wo: GpuWeight,           // (C rows of H·D)
     pub ffn_norm: wgpu::Buffer,  // (C) f32
     pub ffn_in: FfnIn,
@@ -28,7 +30,7 @@ pub enum AttnIn {
     Apart { wq: GpuWeight, wk: GpuWeight, wv: GpuWeight }, // (C, Hkv·D, Hkv·D rows of C)
 }
 
-/// The FFN's gate and up projections: one weight holding both (one product, SiLU·mul its
+/// The FFN's gate and up projections: one weight holding both (one product, act·mul its
 /// epilogue) where their types match and both fit one buffer, else two.
 pub enum FfnIn {
     /// (2F rows of C): the gate's rows, then up's.
@@ -131,8 +133,10 @@ impl ModelWeights {
                 };
                 let qkv_bias = if cfg.qkv_bias { Some(biases(i)?) } else { None };
                 let qk_norm = if cfg.qk_norm { Some((vector(&n("attn_q_norm"))?, vector(&n("attn_k_norm"))?)) } else { None };
+                let post_norms = if cfg.post_norms { Some((vector(&n("post_attention_norm"))?, vector(&n("post_ffw_norm"))?)) } else { None };
                 Ok(LayerWeights {
                     qk_norm,
+                    post_norms,
                     attn_norm: vector(&n("attn_norm"))?,
                     attn_in,
                     qkv_bias,

@@ -19,7 +19,7 @@ pub enum OpKind {
     KvQuant,
     QkNorm,
     AttentionPaged,
-    SiluMul,
+    Glu,
     Top2,
     TopK,
 }

@@ -1,11 +1,13 @@
 //! Model configuration from GGUF metadata, and the tensor names of a llama-shaped model: llama
-//! itself (Llama 2/3.x, SmolLM2, ...), qwen2 (Qwen2/2.5: biases on q, k and v, NEOX RoPE) and
-//! qwen3 (per-head RMSNorm of q and k before NEOX RoPE, a stated head width, no biases).
+//! itself (Llama 2/3.x, SmolLM2, ...), qwen2 (Qwen2/2.5: biases on q, k and v, NEOX RoPE),
+//! qwen3 (per-head RMSNorm of q and k before NEOX RoPE, a stated head width, no biases) and
+//! gemma3 (qwen3's attention plus interleaved sliding-window layers with their own RoPE base,
+//! GELU-gated FFN, norms after attention and the FFN too, embeddings scaled by sqrt(n_embd)).
 
 use crate::gguf::{GgmlType, GgufError, GgufHeader};
 
 /// Architectures whose tensor layout and forward pass radixlm implements.
-pub const SUPPORTED_ARCHITECTURES: &[&str] = &["llama", "qwen2", "qwen3"];
+pub const SUPPORTED_ARCHITECTURES: &[&str] = &["llama", "qwen2", "qwen3", "gemma3"];
 
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
@@ -22,6 +24,11 @@ pub enum ModelError {
     #[error("invalid model configuration: {0}")]
     BadConfig(String),
 }
+
+/// gemma3's layer pattern and local RoPE base, which its GGUF files do not state (llama.cpp's
+/// `LLM_ARCH_GEMMA3` hyper-parameters).
+const GEMMA3_SWA_PATTERN: usize = 6;
+const GEMMA3_LOCAL_ROPE_BASE: f32 = 10_000.0;
 
 /// Hyper-parameters of a llama-shaped model.
 #[derive(Debug, Clone, PartialEq)]
@@ -58,6 +65,49 @@ pub struct Config {
     pub rms_eps: f32,
     /// True when `output.weight` is absent and the token embedding doubles as the LM head.
     pub tied_embeddings: bool,
+    /// Embedding rows are multiplied by this (gemma3: sqrt(n_embd)), else 1.
+    pub embd_scale: f32,
+    /// The FFN's gate activation.
+    pub ffn_act: FfnAct,
+    /// Attention's and the FFN's outputs are RMS-normalised (`post_attention_norm`,
+    /// `post_ffw_norm`) before their residual adds: gemma3.
+    pub post_norms: bool,
+    /// Sliding-window layers: how many positions a query of such a layer sees (itself and the
+    /// window - 1 before it), and which layers they are.
+    pub sliding_window: Option<SlidingWindow>,
+    /// Attention scores are q·k times this: 1/sqrt(head_dim), gemma3 27B's 1/sqrt(n_embd/n_heads).
+    pub attn_scale: f32,
+    /// Final logits are `cap · tanh(logits / cap)` (`final_logit_softcapping`).
+    pub logit_softcap: Option<f32>,
+}
+
+/// The FFN's gated activation: `act(x·gateᵀ) ⊙ (x·upᵀ)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FfnAct {
+    /// SwiGLU: x · sigmoid(x).
+    Silu,
+    /// GeGLU with GELU's tanh approximation (gemma).
+    GeluTanh,
+}
+
+impl FfnAct {
+    pub fn apply(self, g: f32) -> f32 {
+        match self {
+            Self::Silu => g / (1.0 + (-g).exp()),
+            // 0.5·g·(1 + tanh(sqrt(2/π)·(g + 0.044715·g³))), as ggml's and PyTorch's "tanh" GELU.
+            Self::GeluTanh => 0.5 * g * (1.0 + (0.797_884_6 * g * (1.0 + 0.044_715 * g * g)).tanh()),
+        }
+    }
+}
+
+/// Interleaved sliding-window attention (gemma3): layer l is local unless
+/// `l % pattern == pattern - 1` (llama.cpp's `set_swa_pattern`); a local layer's query at
+/// position p sees keys p - window + 1 ..= p, turned by RoPE of base `rope_base` and no scaling.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SlidingWindow {
+    pub window: usize,
+    pub pattern: usize,
+    pub rope_base: f32,
 }
 
 impl Config {
@@ -85,11 +135,20 @@ impl Config {
             Some(_) => f.require_f64(&format!("{arch}.rope.freq_base"))? as f32,
             None => 10_000.0,
         };
-        // Sliding-window attention forgets keys past the window: a prefix cache that keeps every
-        // position would compute something else, so such models are refused, not run wrong.
-        if let Some(w) = f.get(&format!("{arch}.attention.sliding_window")) {
-            return Err(ModelError::BadConfig(format!("sliding-window attention ({arch}.attention.sliding_window = {w:?}) is not supported")));
-        }
+        // Sliding windows are read where their layer pattern is known (gemma3's); elsewhere a
+        // window would be computed as full attention, so such models are refused, not run wrong.
+        let sliding_window = match (arch, f.get(&format!("{arch}.attention.sliding_window"))) {
+            ("gemma3", _) => {
+                let window = u("attention.sliding_window")?;
+                if window == 0 {
+                    return Err(ModelError::BadConfig("a sliding window of 0 positions".into()));
+                }
+                Some(SlidingWindow { window, pattern: GEMMA3_SWA_PATTERN, rope_base: GEMMA3_LOCAL_ROPE_BASE })
+            }
+            (_, Some(w)) => return Err(ModelError::BadConfig(format!("sliding-window attention ({arch}.attention.sliding_window = {w:?}) is not supported"))),
+            (_, None) => None,
+        };
+        let gemma3 = arch == "gemma3";
         let rope_freq_scale = match f.get(&format!("{arch}.rope.scaling.type")).and_then(|v| v.as_str()) {
             None | Some("none") => 1.0,
             Some("linear") => {
@@ -113,12 +172,13 @@ impl Config {
             None if n_heads > 0 && n_embd % n_heads == 0 => n_embd / n_heads,
             None => return Err(ModelError::BadConfig(format!("embedding length {n_embd} is not divisible by {n_heads} heads and the file states no attention.key_length"))),
         };
+        let n_layers = u("block_count")?;
         let cfg = Config {
             arch: arch.into(),
             qkv_bias: arch == "qwen2",
-            rope_neox: arch == "qwen2" || arch == "qwen3",
-            qk_norm: arch == "qwen3",
-            n_layers: u("block_count")?,
+            rope_neox: arch == "qwen2" || arch == "qwen3" || gemma3,
+            qk_norm: arch == "qwen3" || gemma3,
+            n_layers,
             n_embd,
             n_ff: u("feed_forward_length")?,
             n_heads,
@@ -131,6 +191,16 @@ impl Config {
             rope_factors: f.tensor_info(super::rope::FACTORS_TENSOR).is_some(),
             rms_eps: f.require_f64(&format!("{arch}.attention.layer_norm_rms_epsilon"))? as f32,
             tied_embeddings: f.tensor_info("output.weight").is_none(),
+            embd_scale: if gemma3 { (n_embd as f32).sqrt() } else { 1.0 },
+            ffn_act: if gemma3 { FfnAct::GeluTanh } else { FfnAct::Silu },
+            post_norms: gemma3,
+            sliding_window,
+            // gemma_pytorch's query_pre_attn_scalar: n_embd / n_heads for the 27B (62 layers).
+            attn_scale: 1.0 / (if gemma3 && n_layers == 62 { n_embd / n_heads.max(1) } else { head_dim } as f32).sqrt(),
+            logit_softcap: match f.get(&format!("{arch}.final_logit_softcapping")) {
+                Some(_) => Some(f.require_f64(&format!("{arch}.final_logit_softcapping"))? as f32).filter(|&c| c > 0.0),
+                None => None,
+            },
         };
         cfg.validate()?;
         if let Some(rd) = f.get(&format!("{arch}.rope.dimension_count")).and_then(|v| v.as_u64()) {
@@ -160,6 +230,47 @@ impl Config {
             return bad(format!("head dimension {} must be even (RoPE turns pairs)", self.head_dim));
         }
         Ok(())
+    }
+
+    /// Layer `layer`'s sliding window, None for a layer that sees every position.
+    pub fn window(&self, layer: usize) -> Option<usize> {
+        self.sliding_window.filter(|s| layer % s.pattern != s.pattern - 1).map(|s| s.window)
+    }
+
+    /// RoPE frequencies of the layers that see every position (model/rope.rs).
+    pub fn global_rope_freqs(&self, factors: Option<&[f32]>) -> Vec<f32> {
+        super::rope::freqs(self.head_dim, self.rope_base, self.rope_freq_scale, factors)
+    }
+
+    /// RoPE frequencies of the sliding-window layers: their own base, unscaled.
+    pub fn local_rope_freqs(&self) -> Option<Vec<f32>> {
+        self.sliding_window.map(|s| super::rope::freqs(self.head_dim, s.rope_base, 1.0, None))
+    }
+
+    /// Whether layer `layer` turns by the local layers' frequencies.
+    pub fn local_rope(&self, layer: usize) -> bool {
+        self.window(layer).is_some()
+    }
+
+    /// Layer `layer`'s RoPE frequencies.
+    pub fn rope_freqs(&self, layer: usize, factors: Option<&[f32]>) -> Vec<f32> {
+        match self.local_rope_freqs() {
+            Some(local) if self.local_rope(layer) => local,
+            _ => self.global_rope_freqs(factors),
+        }
+    }
+
+    /// The logits as the model defines them from the LM head's products: soft-capped where the
+    /// model says so (monotonic, so a greedy pick needs none of it).
+    pub fn cap_logits(&self, logits: &mut [f32]) {
+        if self.logit_softcap.is_some() {
+            logits.iter_mut().for_each(|l| *l = self.cap_logit(*l));
+        }
+    }
+
+    /// One logit as `cap_logits` makes it.
+    pub fn cap_logit(&self, logit: f32) -> f32 {
+        self.logit_softcap.map_or(logit, |cap| cap * (logit / cap).tanh())
     }
 
     pub fn kv_dim(&self) -> usize {
@@ -198,6 +309,9 @@ impl Config {
             ]);
             if self.qk_norm {
                 t.extend([(n("attn_q_norm"), vec![self.head_dim as u64]), (n("attn_k_norm"), vec![self.head_dim as u64])]);
+            }
+            if self.post_norms {
+                t.extend([(n("post_attention_norm"), vec![c]), (n("post_ffw_norm"), vec![c])]);
             }
             if self.qkv_bias {
                 let b = |s: &str| format!("blk.{i}.{s}.bias");
@@ -249,6 +363,19 @@ mod tests {
     fn sliding_window_models_are_refused_by_name() {
         let err = config_of(&with_meta("llama.attention.sliding_window", MetaValue::U32(4096))).unwrap_err().to_string();
         assert!(err.contains("sliding-window attention") && err.contains("4096"), "{err}");
+    }
+
+    #[test]
+    fn gemma3_layers_alternate_five_windows_and_one_global() {
+        use crate::model::synthetic::SyntheticArch;
+        let spec = SyntheticSpec { arch: SyntheticArch::Gemma3 { window: 512 }, n_layers: 13, head_dim: Some(64), rope_base: 1e6, ..SyntheticSpec::tiny() };
+        let cfg = config_of(&spec).unwrap();
+        let windows: Vec<_> = (0..13).map(|l| cfg.window(l)).collect();
+        assert_eq!(windows.iter().filter(|w| w.is_none()).count(), 2);
+        assert!(windows[5].is_none() && windows[11].is_none() && windows[0] == Some(512) && windows[12] == Some(512));
+        assert_eq!((cfg.rope_freqs(0, None)[1], cfg.rope_freqs(5, None)[1]), (10_000f32.powf(-2.0 / 64.0), 1e6f32.powf(-2.0 / 64.0)));
+        assert!(cfg.post_norms && cfg.qk_norm && cfg.rope_neox && cfg.ffn_act == FfnAct::GeluTanh && cfg.embd_scale == (192f32).sqrt());
+        assert_eq!(cfg.attn_scale, 0.125);
     }
 
     #[test]

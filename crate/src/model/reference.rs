@@ -1,7 +1,7 @@
 //! The CPU reference forward pass: plain f32 Rust, written to be read, the oracle for every
 //! GPU kernel and for the GPU engine. It mirrors llama.cpp's llama graph step by step.
 
-use super::config::{Config, ModelError};
+use super::config::{Config, FfnAct, ModelError};
 use crate::gguf::GgufFile;
 
 /// RMS normalisation of each row of `x` (T, C), scaled by `w` (C).
@@ -66,22 +66,44 @@ pub fn rope_neox(x: &mut [f32], n_heads: usize, head_dim: usize, start_pos: usiz
     }
 }
 
+/// Which keys a query sees and how its scores scale.
+#[derive(Debug, Clone, Copy)]
+pub struct AttentionMask {
+    /// Queries see at most this many positions, their own included (a sliding-window layer).
+    pub window: Option<usize>,
+    /// q·k is multiplied by this.
+    pub scale: f32,
+}
+
+impl AttentionMask {
+    /// Plain causal attention scaled by 1/sqrt(head_dim).
+    pub fn causal(head_dim: usize) -> Self {
+        Self { window: None, scale: 1.0 / (head_dim as f32).sqrt() }
+    }
+
+    /// The first position a query at `pos` sees.
+    pub fn first_key(&self, pos: usize) -> usize {
+        self.window.map_or(0, |w| (pos + 1).saturating_sub(w))
+    }
+}
+
 /// Causal grouped-query attention. q (T, H, D) holds queries at positions `start_pos + t`;
 /// k and v (L, Hkv, D) hold every cached position 0..L with L >= start_pos + T. Query t attends
-/// to positions 0..=start_pos+t. Returns (T, H, D).
-pub fn attention(q: &[f32], k: &[f32], v: &[f32], n_heads: usize, n_kv_heads: usize, head_dim: usize, start_pos: usize) -> Vec<f32> {
+/// to positions `mask.first_key(start_pos + t)..=start_pos + t`. Returns (T, H, D).
+#[allow(clippy::too_many_arguments)]
+pub fn attention(q: &[f32], k: &[f32], v: &[f32], n_heads: usize, n_kv_heads: usize, head_dim: usize, start_pos: usize, mask: AttentionMask) -> Vec<f32> {
     let (h, hkv, d) = (n_heads, n_kv_heads, head_dim);
     let t_count = q.len() / (h * d);
     let group = h / hkv;
-    let scale = 1.0 / (d as f32).sqrt();
     let mut out = vec![0f32; q.len()];
     for t in 0..t_count {
-        let n_keys = start_pos + t + 1;
+        let keys = mask.first_key(start_pos + t)..start_pos + t + 1;
         for hi in 0..h {
             let kh = hi / group;
             let qv = &q[(t * h + hi) * d..][..d];
-            let mut scores: Vec<f32> = (0..n_keys)
-                .map(|p| qv.iter().zip(&k[(p * hkv + kh) * d..][..d]).map(|(a, b)| a * b).sum::<f32>() * scale)
+            let mut scores: Vec<f32> = keys
+                .clone()
+                .map(|p| qv.iter().zip(&k[(p * hkv + kh) * d..][..d]).map(|(a, b)| a * b).sum::<f32>() * mask.scale)
                 .collect();
             let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
             let mut sum = 0.0;
@@ -90,7 +112,7 @@ pub fn attention(q: &[f32], k: &[f32], v: &[f32], n_heads: usize, n_kv_heads: us
                 sum += *s;
             }
             let o = &mut out[(t * h + hi) * d..][..d];
-            for (p, s) in scores.iter().enumerate() {
+            for (p, s) in keys.clone().zip(&scores) {
                 let vv = &v[(p * hkv + kh) * d..][..d];
                 for j in 0..d {
                     o[j] += s / sum * vv[j];
@@ -108,17 +130,19 @@ pub fn add_bias(x: &mut [f32], b: &[f32]) {
     }
 }
 
-/// SwiGLU: silu(gate) * up, elementwise.
-pub fn silu_mul(gate: &[f32], up: &[f32]) -> Vec<f32> {
-    gate.iter().zip(up).map(|(g, u)| g / (1.0 + (-g).exp()) * u).collect()
+/// The gated FFN's activation: act(gate) * up, elementwise.
+pub fn glu(act: FfnAct, gate: &[f32], up: &[f32]) -> Vec<f32> {
+    gate.iter().zip(up).map(|(&g, u)| act.apply(g) * u).collect()
 }
 
 struct Layer {
     attn_norm: Vec<f32>, // (C)
     /// q, k and v's biases (qwen2): (H·D), (Hkv·D), (Hkv·D).
     bias: Option<[Vec<f32>; 3]>,
-    /// q's and k's per-head norm weights (qwen3): (D), (D).
+    /// q's and k's per-head norm weights (qwen3, gemma3): (D), (D).
     qk_norm: Option<[Vec<f32>; 2]>,
+    /// Norm weights of attention's and the FFN's outputs (gemma3): (C), (C).
+    post_norms: Option<[Vec<f32>; 2]>,
     wq: Vec<f32>,        // (H·D, C)
     wk: Vec<f32>,        // (Hkv·D, C)
     wv: Vec<f32>,        // (Hkv·D, C)
@@ -139,7 +163,7 @@ pub struct ReferenceModel {
     output_norm: Vec<f32>, // (C)
     output: Option<Vec<f32>>, // (V, C); None when tied to token_embd
     layers: Vec<Layer>,
-    rope_freqs: Vec<f32>, // (D / 2) model/rope.rs
+    rope_freqs: Vec<Vec<f32>>, // per layer (D / 2) model/rope.rs
 }
 
 /// The reference's KV cache: every position's rotated keys and values, per layer.
@@ -168,6 +192,7 @@ impl ReferenceModel {
                 Ok(Layer {
                     bias: if cfg.qkv_bias { Some([b("attn_q")?, b("attn_k")?, b("attn_v")?]) } else { None },
                     qk_norm: if cfg.qk_norm { Some([t(&n("attn_q_norm"))?, t(&n("attn_k_norm"))?]) } else { None },
+                    post_norms: if cfg.post_norms { Some([t(&n("post_attention_norm"))?, t(&n("post_ffw_norm"))?]) } else { None },
                     attn_norm: t(&n("attn_norm"))?,
                     wq: t(&n("attn_q"))?,
                     wk: t(&n("attn_k"))?,
@@ -182,7 +207,7 @@ impl ReferenceModel {
             .collect::<Result<_, ModelError>>()?;
         let factors = if cfg.rope_factors { Some(t(super::rope::FACTORS_TENSOR)?) } else { None };
         Ok(Self {
-            rope_freqs: super::rope::freqs(cfg.head_dim, cfg.rope_base, cfg.rope_freq_scale, factors.as_deref()),
+            rope_freqs: (0..cfg.n_layers).map(|l| cfg.rope_freqs(l, factors.as_deref())).collect(),
             kv_f16: true,
             token_embd: t("token_embd.weight")?,
             output_norm: t("output_norm.weight")?,
@@ -202,11 +227,12 @@ impl ReferenceModel {
             cache.v = vec![Vec::new(); cfg.n_layers];
         }
         let start_pos = cache.len(kvd);
-        // Embedding lookup.
-        let mut x: Vec<f32> = tokens.iter().flat_map(|&t| self.token_embd[t as usize * c..][..c].to_vec()).collect();
+        // Embedding lookup (scaled, for gemma3).
+        let mut x: Vec<f32> = tokens.iter().flat_map(|&t| self.token_embd[t as usize * c..][..c].iter().map(|v| v * cfg.embd_scale)).collect();
         for (l, w) in self.layers.iter().enumerate() {
             // Attention block: x += Wo · attn(rope(Wq·n), rope(Wk·n), Wv·n), n = rmsnorm(x) (q
-            // and k each normalised per head first with qk_norm).
+            // and k each normalised per head first with qk_norm; the sum normalised before the
+            // add with post norms).
             let h = rmsnorm(&x, &w.attn_norm, cfg.rms_eps);
             let mut q = matmul(&h, &w.wq, c, qd);
             let mut k = matmul(&h, &w.wk, c, kvd);
@@ -221,8 +247,8 @@ impl ReferenceModel {
                 k = rmsnorm(&k, nk, cfg.rms_eps);
             }
             let rope = if cfg.rope_neox { rope_neox } else { rope };
-            rope(&mut q, cfg.n_heads, d, start_pos, &self.rope_freqs);
-            rope(&mut k, cfg.n_kv_heads, d, start_pos, &self.rope_freqs);
+            rope(&mut q, cfg.n_heads, d, start_pos, &self.rope_freqs[l]);
+            rope(&mut k, cfg.n_kv_heads, d, start_pos, &self.rope_freqs[l]);
             let stored = |x: Vec<f32>| -> Vec<f32> {
                 if self.kv_f16 {
                     x.into_iter().map(|v| half::f16::from_f32(v).to_f32()).collect()
@@ -232,17 +258,26 @@ impl ReferenceModel {
             };
             cache.k[l].extend(stored(k));
             cache.v[l].extend(stored(v));
-            let a = attention(&q, &cache.k[l], &cache.v[l], cfg.n_heads, cfg.n_kv_heads, d, start_pos);
-            let o = matmul(&a, &w.wo, qd, c);
+            let mask = AttentionMask { window: cfg.window(l), scale: cfg.attn_scale };
+            let a = attention(&q, &cache.k[l], &cache.v[l], cfg.n_heads, cfg.n_kv_heads, d, start_pos, mask);
+            let mut o = matmul(&a, &w.wo, qd, c);
+            if let Some([post_attn, _]) = &w.post_norms {
+                o = rmsnorm(&o, post_attn, cfg.rms_eps);
+            }
             x.iter_mut().zip(&o).for_each(|(x, o)| *x += o);
-            // Feed-forward block: x += Wdown · (silu(Wgate·n) * Wup·n), n = rmsnorm(x).
+            // Feed-forward block: x += Wdown · (act(Wgate·n) * Wup·n), n = rmsnorm(x).
             let h = rmsnorm(&x, &w.ffn_norm, cfg.rms_eps);
             let g = matmul(&h, &w.w_gate, c, cfg.n_ff);
             let u = matmul(&h, &w.w_up, c, cfg.n_ff);
-            let f = matmul(&silu_mul(&g, &u), &w.w_down, cfg.n_ff, c);
+            let mut f = matmul(&glu(cfg.ffn_act, &g, &u), &w.w_down, cfg.n_ff, c);
+            if let Some([_, post_ffn]) = &w.post_norms {
+                f = rmsnorm(&f, post_ffn, cfg.rms_eps);
+            }
             x.iter_mut().zip(&f).for_each(|(x, f)| *x += f);
         }
         let h = rmsnorm(&x, &self.output_norm, cfg.rms_eps);
-        matmul(&h, self.output.as_ref().unwrap_or(&self.token_embd), c, cfg.vocab_size)
+        let mut logits = matmul(&h, self.output.as_ref().unwrap_or(&self.token_embd), c, cfg.vocab_size);
+        cfg.cap_logits(&mut logits);
+        logits
     }
 }

@@ -1,4 +1,4 @@
-//! Synthetic llama, qwen2 and qwen3 models with seeded random weights, written as GGUF: small
+//! Synthetic llama, qwen2, qwen3 and gemma3 models with seeded random weights, written as GGUF: small
 //! ones for fast tests, full-size shapes for benchmarks on machines the real weights cannot
 //! travel to.
 
@@ -13,6 +13,9 @@ pub enum SyntheticArch {
     Qwen2,
     /// Per-head q and k norms; NEOX RoPE; no biases.
     Qwen3,
+    /// Qwen3's attention, sliding-window layers of `window` positions (all but every sixth),
+    /// post norms, GELU, scaled embeddings.
+    Gemma3 { window: usize },
 }
 
 impl SyntheticArch {
@@ -21,6 +24,7 @@ impl SyntheticArch {
             Self::Llama => "llama",
             Self::Qwen2 => "qwen2",
             Self::Qwen3 => "qwen3",
+            Self::Gemma3 { .. } => "gemma3",
         }
     }
 }
@@ -233,6 +237,9 @@ impl SyntheticSpec {
         if let Some(d) = self.head_dim {
             w.meta(&key("attention.key_length"), u32m(d)).meta(&key("attention.value_length"), u32m(d));
         }
+        if let SyntheticArch::Gemma3 { window } = self.arch {
+            w.meta(&key("attention.sliding_window"), u32m(window));
+        }
         self.write_tokenizer(&mut w);
         for (key, value) in &self.extra_metadata {
             w.meta(key, value.clone());
@@ -264,12 +271,16 @@ impl SyntheticSpec {
             mat(&mut w, &mut rng, &n("ffn_gate"), c, f, ty, s_c);
             mat(&mut w, &mut rng, &n("ffn_up"), c, f, self.ffn_up_type.unwrap_or(ty), s_c);
             mat(&mut w, &mut rng, &n("ffn_down"), f, c, ty, s_f);
-            if self.arch == SyntheticArch::Qwen3 {
+            if matches!(self.arch, SyntheticArch::Qwen3 | SyntheticArch::Gemma3 { .. }) {
                 // Per-head norms of q and k, near one as trained ones are.
                 for name in ["attn_q_norm", "attn_k_norm"] {
                     let vals: Vec<f32> = (0..d).map(|_| 1.0 + 0.2 * rng.normal()).collect();
                     w.tensor(&n(name), &[d], GgmlType::F32, &vals);
                 }
+            }
+            if matches!(self.arch, SyntheticArch::Gemma3 { .. }) {
+                norm(&mut w, &n("post_attention_norm"), &mut rng);
+                norm(&mut w, &n("post_ffw_norm"), &mut rng);
             }
             if self.arch == SyntheticArch::Qwen2 {
                 // Qwen's biases are large next to the products (its k bias most of all).

@@ -1,4 +1,5 @@
-//! Causal GQA attention over the paged f16 KV cache (attention_paged.wgsl). Split over the keys:
+//! Causal GQA attention over the paged f16 KV cache (attention_paged.wgsl), within a sliding
+//! window where the layer has one (its keys start at the window's first). Split over the keys:
 //! `partial` per (split, KV head, token), or `lanes` on CPU adapters, then `combine` per
 //! (head, token). On CPU adapters a step of several tokens runs as two products instead
 //! (`rows_scores`, `rows_softmax`, `rows_pv`), its score matrix in the scratch buffer.
@@ -72,7 +73,9 @@ pub enum AttentionShape {
 pub struct SplitParams {
     pub keys_per_split: u32,
     pub splits: u32,
-    pub _pad: [u32; 2],
+    /// The key split 0 starts at: the step's first position's window start (0 without one).
+    pub first: u32,
+    pub _pad: u32,
 }
 
 /// How a step runs: its keys split over workgroups (the values of the bound `split` uniform),
@@ -121,10 +124,14 @@ fn tile_keys(head_dim: usize) -> u32 {
     (TILE_WORDS / (head_dim as u32 / 2 + 1)).min(MAX_TILE_KEYS)
 }
 
+/// Which keys a layer's queries see and how their scores scale (model/reference.rs).
+pub use crate::model::reference::AttentionMask;
+
 /// q (T, H, D) f32 + the caches through page_table → out (T, H, D) f32: query t (position
-/// start_pos + t) attends positions 0..=start_pos+t of KV head h / (H / Hkv), scale 1/sqrt(D).
+/// p = start_pos + t) attends positions mask.first_key(p)..=p of KV head h / (H / Hkv).
 pub struct AttentionPaged {
     shape: AttentionShape,
+    mask: AttentionMask,
     n_heads: u32,
     n_kv_heads: u32,
     tile_keys: u32,
@@ -148,7 +155,8 @@ impl AttentionPaged {
     }
 
     /// For steps of at most `max_batch` tokens; the heads must be `supports`ed.
-    pub fn new(gpu: &Gpu, shape: AttentionShape, n_heads: usize, n_kv_heads: usize, head_dim: usize, page_size: usize, max_batch: usize) -> Self {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(gpu: &Gpu, shape: AttentionShape, mask: AttentionMask, n_heads: usize, n_kv_heads: usize, head_dim: usize, page_size: usize, max_batch: usize) -> Self {
         let rows = shape == AttentionShape::Lanes && head_dim.is_multiple_of(8);
         assert!(Self::supports(n_heads, n_kv_heads, head_dim), "attention: unsupported heads {n_heads}/{n_kv_heads} × {head_dim}");
         let tile_keys = tile_keys(head_dim);
@@ -159,9 +167,12 @@ impl AttentionPaged {
                 .with("D", head_dim as u32)
                 .with("PAGE", page_size as u32)
                 .with("TK", tile_keys)
+                .with("WINDOW", mask.window.unwrap_or(0) as u32)
+                .with("SCALE", mask.scale)
         };
         Self {
             shape,
+            mask,
             n_heads: n_heads as u32,
             n_kv_heads: n_kv_heads as u32,
             tile_keys,
@@ -211,11 +222,13 @@ impl AttentionPaged {
             }
             AttentionShape::Lanes => (1, TARGET_LANES.div_ceil(n_tokens * self.n_heads), MIN_KEYS_PER_LANE),
         };
-        let units = (start_pos + n_tokens).div_ceil(unit);
+        // The step's keys: from its first query's window start to its last query.
+        let first = self.mask.first_key(start_pos as usize) as u32;
+        let units = (start_pos + n_tokens - first).div_ceil(unit);
         let room = self.max_batch.max(SPLITS_AT_ONE_TOKEN) / n_tokens;
         let splits = wanted.min(units.div_ceil(min_units)).min(room).max(1);
         let per_split = units.div_ceil(splits);
-        AttentionPlan::Splits(SplitParams { keys_per_split: per_split * unit, splits: units.div_ceil(per_split), _pad: [0; 2] })
+        AttentionPlan::Splits(SplitParams { keys_per_split: per_split * unit, splits: units.div_ceil(per_split), first, _pad: 0 })
     }
 
     /// Binds `step` (StepParams), `split` (SplitParams), `q` (T, H, D) f32, `page_table` (pages)

@@ -11,7 +11,8 @@ pub const KERNEL: Kernel = Kernel {
     slots: &[Slot::Uniform, Slot::Uniform, Slot::Read, Slot::Read, Slot::ReadWrite],
 };
 
-/// ids (T) u32 → out (T, C) f32: row ids[t] of a (V, C) table of any supported type.
+/// ids (T) u32 → out (T, C) f32: row ids[t] of a (V, C) table of any supported type, times
+/// `scale`.
 pub struct Embed {
     ty: GgmlType,
     c: usize,
@@ -24,8 +25,8 @@ pub struct EmbedBinding {
 }
 
 impl Embed {
-    pub fn new(gpu: &Gpu, ty: GgmlType, c: usize) -> Self {
-        let key = PipelineKey::new(OpKind::Embed, "main").with("DTYPE", ty.id()).with("C", c as u32);
+    pub fn new(gpu: &Gpu, ty: GgmlType, c: usize, scale: f32) -> Self {
+        let key = PipelineKey::new(OpKind::Embed, "main").with("DTYPE", ty.id()).with("C", c as u32).with("SCALE", scale);
         Self { ty, c, pipeline: gpu.pipeline(&KERNEL, key) }
     }
 

@@ -1,5 +1,6 @@
 //! `y = x · wᵀ` (or `y += x · wᵀ`) with `w` in its GGUF block format (matmul.wgsl).
 
+use crate::model::config::FfnAct;
 use super::wgsl;
 use crate::gguf::GgmlType;
 use crate::gpu::pipelines::{dispatch_linear, Kernel, OpKind, PipelineKey, Slot};
@@ -86,7 +87,7 @@ impl MatmulBinding {
 #[derive(Debug, Clone, Copy)]
 enum Fused<'a> {
     No,
-    Gated,
+    Gated(FfnAct),
     AttentionInput(AttentionInput<'a>),
 }
 
@@ -163,11 +164,12 @@ impl Matmul {
         Self::build(gpu, shape, ty, k, n, accumulate, Some(eps), Fused::No)
     }
 
-    /// The FFN's first half in one product: y (T, f) = silu(rmsnorm(x)·gateᵀ) ⊙ (rmsnorm(x)·upᵀ)
+    /// The FFN's first half in one product: y (T, f) = act(rmsnorm(x)·gateᵀ) ⊙ (rmsnorm(x)·upᵀ)
     /// from one weight of 2·`f` rows (the gate's, then up's: `ffn_gate_up`), bound with
-    /// `bind_normed`; SiLU·mul is its epilogue.
-    pub fn gated(gpu: &Gpu, shape: MatmulShape, ty: GgmlType, k: usize, f: usize, eps: f32) -> Self {
-        Self::build(gpu, shape, ty, k, 2 * f, false, Some(eps), Fused::Gated)
+    /// `bind_normed`; act·mul is its epilogue.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gated(gpu: &Gpu, shape: MatmulShape, ty: GgmlType, k: usize, f: usize, eps: f32, act: FfnAct) -> Self {
+        Self::build(gpu, shape, ty, k, 2 * f, false, Some(eps), Fused::Gated(act))
     }
 
     /// Attention's input, rmsnorm(x)·Wᵀ for a weight of `n` rows (the whole q/k/v weight, or q,
@@ -179,7 +181,8 @@ impl Matmul {
 
     #[allow(clippy::too_many_arguments)]
     fn build(gpu: &Gpu, shape: MatmulShape, ty: GgmlType, k: usize, n: usize, accumulate: bool, norm_eps: Option<f32>, fused: Fused<'_>) -> Self {
-        let gated = matches!(fused, Fused::Gated);
+        let gated = matches!(fused, Fused::Gated(_));
+        let gelu = matches!(fused, Fused::Gated(FfnAct::GeluTanh));
         let at = match fused {
             Fused::AttentionInput(at) => Some(at),
             _ => None,
@@ -195,6 +198,7 @@ impl Matmul {
                 .with("NORM", norm_eps.is_some() as u32)
                 .with("EPS", norm_eps.unwrap_or(1e-5))
                 .with("GATED", gated as u32)
+                .with("GELU", gelu as u32)
                 .with("ATTN_IN", at.is_some() as u32)
                 .with("N_Q", at.map_or(0, |a| a.n_q) as u32)
                 .with("N_KV", at.map_or(0, |a| a.n_kv) as u32)

@@ -9,17 +9,17 @@ pub mod kv_quant;
 pub mod matmul;
 pub mod qk_norm;
 pub mod rmsnorm;
-pub mod silu_mul;
+pub mod glu;
 pub mod top2;
 pub mod topk;
 
-pub use attention_paged::{AttentionPaged, AttentionPagedBinding, AttentionPlan, AttentionShape, SplitParams};
+pub use attention_paged::{AttentionMask, AttentionPaged, AttentionPagedBinding, AttentionPlan, AttentionShape, SplitParams};
 pub use embed::{Embed, EmbedBinding};
 pub use kv_quant::{KvQuant, KvQuantBinding, SpillParams};
 pub use matmul::{AttentionInput, Matmul, MatmulBinding, MatmulShape, RopeTable};
 pub use qk_norm::{QkNorm, QkNormBinding};
 pub use rmsnorm::{RmsNorm, RmsNormBinding};
-pub use silu_mul::{SiluMul, SiluMulBinding};
+pub use glu::{Glu, GluBinding};
 pub use top2::{PickParams, Top2, Top2Binding, Top2Op, TOP2_BYTES};
 pub use topk::{TopKBinding, TopKOp, MAX_TOP_K, TOPK_BYTES};
 
@@ -82,7 +82,7 @@ pub const KERNELS: &[(&str, &Kernel)] = &[
     ("matmul.wgsl", &matmul::KERNEL_SUBGROUP),
     ("qk_norm.wgsl", &qk_norm::KERNEL),
     ("rmsnorm.wgsl", &rmsnorm::KERNEL),
-    ("silu_mul.wgsl", &silu_mul::KERNEL),
+    ("glu.wgsl", &glu::KERNEL),
     ("top2.wgsl", &top2::KERNEL),
     ("topk.wgsl", &topk::KERNEL),
 ];

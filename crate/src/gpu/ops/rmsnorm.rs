@@ -11,7 +11,8 @@ pub const KERNEL: Kernel = Kernel {
 };
 
 /// x (T, C), w (C) f32 → out (T, C) = x / sqrt(mean(x²) + eps) · w; with `last_row_only`,
-/// only row T-1 is normalised, into out (1, C) (the LM head's input).
+/// only row T-1 is normalised, into out (1, C) (the LM head's input); `RmsNorm::add`: out +=
+/// instead.
 pub struct RmsNorm {
     last_row_only: bool,
     pipeline: wgpu::ComputePipeline,
@@ -23,7 +24,16 @@ pub struct RmsNormBinding {
 
 impl RmsNorm {
     pub fn new(gpu: &Gpu, c: usize, eps: f32, last_row_only: bool) -> Self {
-        let key = PipelineKey::new(OpKind::RmsNorm, "main").with("C", c as u32).with("EPS", eps).with("LAST_ROW_ONLY", last_row_only as u32);
+        Self::build(gpu, c, eps, last_row_only, false)
+    }
+
+    /// out (T, C) += x / sqrt(mean(x²) + eps) · w: a post norm and its residual add.
+    pub fn add(gpu: &Gpu, c: usize, eps: f32) -> Self {
+        Self::build(gpu, c, eps, false, true)
+    }
+
+    fn build(gpu: &Gpu, c: usize, eps: f32, last_row_only: bool, add: bool) -> Self {
+        let key = PipelineKey::new(OpKind::RmsNorm, "main").with("C", c as u32).with("EPS", eps).with("LAST_ROW_ONLY", last_row_only as u32).with("ADD", add as u32);
         Self { last_row_only, pipeline: gpu.pipeline(&KERNEL, key) }
     }
 
