@@ -52,6 +52,7 @@ interface WasmInfo {
   backend: "webgpu" | "cpu";
   threads: number;
   fingerprint: string;
+  has_chat_template: boolean;
 }
 
 /** WasmEngine.info() as the public ModelInfo. */
@@ -70,6 +71,7 @@ export function modelInfo(json: string): ModelInfo {
     backend: i.backend,
     threads: i.threads,
     fingerprint: i.fingerprint,
+    hasChatTemplate: i.has_chat_template,
   };
 }
 

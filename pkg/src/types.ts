@@ -106,6 +106,9 @@ export interface ModelInfo {
   threads: number;
   /** Hex digest identifying the model's weights, metadata and tokenizer. */
   fingerprint: string;
+  /** Whether the model's GGUF carries a chat template: without one (a base model), chat
+   * requests are refused with an InvalidRequestError and completions serve it. */
+  hasChatTemplate: boolean;
 }
 
 /** One message of a conversation. */

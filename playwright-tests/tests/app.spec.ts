@@ -1,9 +1,10 @@
 // The chat page (web/) as a person uses it, on the tiny synthetic model (?model=) so replies come
 // in seconds. Screenshots of each state are attached to the test results.
 
+import { statSync } from "node:fs";
 import { chromium, type Page, type TestInfo } from "@playwright/test";
 import { BASE_FLAGS, CHROMIUM_PATH, ORIGIN } from "../browser";
-import { TINY_UNTIED_MODEL, testModelUrl } from "../paths";
+import { TINY_MODEL, TINY_UNTIED_MODEL, testModelFile, testModelUrl } from "../paths";
 import { expect, test } from "./fixtures";
 import type { Engine } from "./radixlm";
 
@@ -284,4 +285,53 @@ test("on a software GPU the app runs on the CPU and says so in its panel", async
   await openApp(page);
   await expect(page.locator("#engine-info")).toContainText("CPU (WebAssembly");
   expect(await page.evaluate(() => window.radixlmChat?.engine.info.backend)).toBe("cpu");
+});
+
+/** A row of the panel's Engine list. */
+const engineRow = (page: Page, name: string) =>
+  page.locator("#engine-info dt", { hasText: new RegExp(`^${name}$`) }).locator("xpath=following-sibling::dd[1]");
+
+/** A size as the panel shows it (web/src/loading.ts bytes(), below a gigabyte). */
+const shownSize = (n: number): string => (n >= 2 ** 20 ? `${(n / 2 ** 20).toFixed(1)} MB` : `${Math.ceil(n / 1024)} KB`);
+
+test("a model chosen by URL in the panel loads, keeps the conversation, and is remembered after a reload", async ({ page }, testInfo) => {
+  await page.goto("/");
+  await setMaxTokens(page, 8);
+  await page.goto(`/?model=${encodeURIComponent(testModelUrl(TINY_MODEL))}`);
+  const input = page.getByRole("textbox", { name: "Message" });
+  await expect(input).toBeEnabled({ timeout: 60_000 });
+  await send(page, "Before the switch");
+  const before = await page.evaluate(() => window.radixlmChat?.engine.info.fingerprint);
+
+  const url = testModelUrl(TINY_UNTIED_MODEL);
+  const size = shownSize(statSync(testModelFile(TINY_UNTIED_MODEL)).size);
+  const panel = page.getByRole("complementary", { name: "Settings and cache" });
+  const menu = panel.getByRole("combobox", { name: "Model", exact: true });
+  const field = panel.getByRole("textbox", { name: "Model URL" });
+  await menu.selectOption({ label: "A GGUF file from a URL" });
+  await field.fill(url);
+  await panel.getByRole("button", { name: "Load model" }).click();
+  await expect(page.getByRole("dialog", { name: "Loading the model" })).toBeHidden({ timeout: 60_000 });
+  await expect(input).toBeEnabled();
+  const info = await page.evaluate(() => window.radixlmChat?.engine.info);
+  expect(info?.fingerprint).toBeDefined();
+  expect(info?.fingerprint).not.toBe(before);
+  await expect(engineRow(page, "Model")).toHaveText(info?.modelName ?? "");
+  await expect(engineRow(page, "Size")).toHaveText(size);
+  await expect(engineRow(page, "Replies")).toHaveText("Chat, with the model's template");
+  await expect(mine(page)).toHaveText(/Before the switch/);
+  await send(page, "After the switch");
+  await expect(replies(page)).toHaveCount(2);
+  await expect(replies(page).nth(1).locator(".content")).not.toBeEmpty();
+  await shot(page, testInfo, "model-by-url");
+
+  // The menu took ?model= out of the address: the reload loads the model chosen in the menu.
+  await page.reload();
+  await expect(input).toBeEnabled({ timeout: 60_000 });
+  expect(new URL(page.url()).searchParams.has("model")).toBe(false);
+  await expect(menu).toHaveValue("url");
+  await expect(field).toHaveValue(url);
+  await expect(engineRow(page, "Size")).toHaveText(size);
+  expect(await page.evaluate(() => window.radixlmChat?.engine.info.fingerprint)).toBe(info?.fingerprint);
+  await expect(replies(page)).toHaveCount(2);
 });

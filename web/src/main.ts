@@ -1,12 +1,15 @@
 // The chat page: a conversation list, the conversation on screen, a composer, and a panel with
-// the system prompt, sampling settings and what the prefix cache holds and did for the last reply.
+// the model menu, the system prompt, sampling settings and what the prefix cache holds and did
+// for the last reply.
 
-import { AbortError, createEngine, NoAdapterError, WebGPUUnavailableError, type ChatMessage, type DeviceLostEvent, type Engine } from "radixlm";
+import { AbortError, createEngine, NoAdapterError, WebGPUUnavailableError, type ChatMessage, type DeviceLostEvent, type Engine, type ModelInfo } from "radixlm";
 import { append, branch, newConversation, showBranchOf, siblings, ConversationStore, type Conversation, type Message, type ReplyStats } from "./conversations";
 import { bytes, LoadMeter } from "./loading";
 import { renderMarkdown } from "./markdown";
+import { ModelMenu } from "./model_menu";
+import { DEFAULT_CHOICE, FileNotKeptError, isDefault, modelSource, rememberChoice, firstChoice, type ModelChoice } from "./models";
+import { isNoChatTemplate, NO_TEMPLATE_NOTICE, pinnedPrefix, replyModeOf, streamReply, type ReplyMode } from "./reply_mode";
 
-const DEFAULT_MODEL = "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
 const DEFAULT_SYSTEM = "You are a helpful assistant. Answer clearly and briefly.";
 const WEBGPU_BROWSERS =
   "Chrome or Edge 113 or newer (Windows, macOS, ChromeOS), Chrome 121 or newer on Android, Safari 26 or newer (iPhone, iPad, Mac), or Firefox 141 or newer on Windows.";
@@ -26,6 +29,7 @@ const ui = {
   toggleSidebar: $<HTMLButtonElement>("toggle-sidebar"),
   togglePanel: $<HTMLButtonElement>("toggle-panel"),
   title: $<HTMLHeadingElement>("title"),
+  modeNotice: $<HTMLParagraphElement>("mode-notice"),
   messages: $<HTMLElement>("messages"),
   composer: $<HTMLFormElement>("composer"),
   input: $<HTMLTextAreaElement>("input"),
@@ -45,6 +49,7 @@ const ui = {
   progress: $<HTMLProgressElement>("progress"),
   progressText: $<HTMLParagraphElement>("progress-text"),
   retry: $<HTMLButtonElement>("retry"),
+  useDefault: $<HTMLButtonElement>("use-default"),
   toast: $<HTMLDivElement>("toast"),
   confirm: $<HTMLDialogElement>("confirm"),
   confirmText: $<HTMLParagraphElement>("confirm-text"),
@@ -88,13 +93,14 @@ const settings = {
   },
 };
 
-function showScreen(title: string, text: string, opts: { progress?: boolean; retry?: boolean } = {}): void {
+function showScreen(title: string, text: string, opts: { progress?: boolean; retry?: boolean; useDefault?: boolean } = {}): void {
   ui.screen.hidden = false;
   ui.screenTitle.textContent = title;
   ui.screenText.textContent = text;
   ui.progress.hidden = !opts.progress;
   ui.progressText.hidden = !opts.progress;
   ui.retry.hidden = !opts.retry;
+  ui.useDefault.hidden = !opts.useDefault;
 }
 
 let toastTimer = 0;
@@ -131,12 +137,31 @@ class ChatApp {
   private conversations: Conversation[] = [];
   private current: Conversation;
   private running: AbortController | null = null;
+  /** The reply being written, until it is saved and its figures shown. */
+  private replying: Promise<void> | null = null;
 
   constructor(
-    private readonly engine: Engine,
+    private engine: Engine,
+    private mode: ReplyMode,
     private readonly store: ConversationStore,
   ) {
     this.current = newConversation(settings.system);
+  }
+
+  /** Stops a reply in progress and waits until it is saved; nothing is sent until useEngine. */
+  async halt(): Promise<void> {
+    ui.input.disabled = true;
+    ui.send.disabled = true;
+    this.running?.abort();
+    await this.replying;
+  }
+
+  /** Goes on with another model: the conversations stay, the pinned system prompt is pinned in it. */
+  async useEngine(engine: Engine, mode: ReplyMode): Promise<void> {
+    this.engine = engine;
+    this.mode = mode;
+    dl(ui.replyStats, [["—", ""]]);
+    await this.ready();
   }
 
   async start(): Promise<void> {
@@ -147,6 +172,11 @@ class ChatApp {
     ui.temperatureValue.value = settings.temperature.toFixed(2);
     ui.maxTokens.value = String(settings.maxTokens);
     this.wire();
+    await this.ready();
+  }
+
+  /** Pins the kept system prompt in the engine, shows the conversation and opens the composer. */
+  private async ready(): Promise<void> {
     if (settings.pinned !== null) await this.pin(settings.pinned);
     this.render();
     await this.refreshCache();
@@ -197,7 +227,7 @@ class ChatApp {
     this.closeDrawers();
     ui.app.classList.toggle(cls, open);
     button.setAttribute("aria-expanded", String(open));
-    if (open) drawer.querySelector<HTMLElement>("button, textarea, input")?.focus();
+    if (open) drawer.querySelector<HTMLElement>("button, textarea, input, select")?.focus();
   }
 
   private closeDrawers(): void {
@@ -226,7 +256,7 @@ class ChatApp {
   private async pin(system: string): Promise<void> {
     if (settings.pinned !== null && settings.pinned !== system) await this.unpin();
     try {
-      await this.engine.cache.pin([{ role: "system", content: system }]);
+      await this.engine.cache.pin(pinnedPrefix(this.mode, system));
       settings.pinned = system;
     } catch (error) {
       toast(`Could not pin the system prompt: ${message(error)}`);
@@ -240,7 +270,7 @@ class ChatApp {
     const pinned = settings.pinned;
     settings.pinned = null;
     ui.pin.checked = false;
-    if (pinned !== null) await this.engine.cache.unpin([{ role: "system", content: pinned }]);
+    if (pinned !== null) await this.engine.cache.unpin(pinnedPrefix(this.mode, pinned));
     await this.refreshCache();
   }
 
@@ -260,12 +290,15 @@ class ChatApp {
     await this.reply();
   }
 
+  private reply(): Promise<void> {
+    this.replying = this.replyNow().finally(() => (this.replying = null));
+    return this.replying;
+  }
+
   /** Streams the assistant's reply to the branch on screen. */
-  private async reply(): Promise<void> {
+  private async replyNow(): Promise<void> {
     const conv = this.current;
-    const history: ChatMessage[] = [];
-    if (conv.system.trim()) history.push({ role: "system", content: conv.system });
-    for (const m of branch(conv)) history.push({ role: m.role, content: m.content });
+    const turns: ChatMessage[] = branch(conv).map((m) => ({ role: m.role, content: m.content }));
     const answer = append(conv, conv.leaf, "assistant", "");
     this.running = new AbortController();
     this.setRunning(true);
@@ -279,27 +312,15 @@ class ChatApp {
       this.scrollToEnd();
     };
     try {
-      const stream = await this.engine.chat.completions.create({
-        messages: history,
-        stream: true,
+      const pieces = streamReply(this.engine, this.mode, conv.system, turns, {
         signal: this.running.signal,
         temperature: settings.temperature,
         top_p: 0.9,
         max_tokens: settings.maxTokens,
       });
-      for await (const chunk of stream) {
-        answer.content += chunk.choices[0].delta.content ?? "";
-        if (chunk.usage && chunk.stats) {
-          answer.stats = {
-            promptTokens: chunk.usage.prompt_tokens,
-            reusedTokens: chunk.stats.reused_tokens,
-            restoredTokens: chunk.stats.restored_tokens,
-            prefilledTokens: chunk.stats.prefilled_tokens,
-            completionTokens: chunk.usage.completion_tokens,
-            ttftMs: chunk.stats.ttft_ms,
-            decodeTokensPerS: chunk.stats.decode_tokens_per_s,
-          };
-        }
+      for await (const piece of pieces) {
+        answer.content += piece.text;
+        if (piece.stats) answer.stats = piece.stats;
         frame ||= requestAnimationFrame(paint);
       }
     } catch (error) {
@@ -307,7 +328,7 @@ class ChatApp {
       else {
         answer.content += answer.content ? "\n\n" : "";
         answer.stopped = true;
-        toast(message(error));
+        toast(isNoChatTemplate(error) ? NO_TEMPLATE_NOTICE : message(error));
       }
     } finally {
       this.running = null;
@@ -558,50 +579,114 @@ function deviceLost(event: DeviceLostEvent): void {
   }
 }
 
-async function boot(): Promise<void> {
-  const params = new URLSearchParams(location.search);
-  const model = params.get("model") ?? DEFAULT_MODEL;
-  // ?backend=webgpu|cpu overrides the engine's choice (WebGPU on a hardware GPU, else the CPU).
-  const asked = params.get("backend");
-  const backend = asked === "webgpu" || asked === "cpu" ? asked : "auto";
+// ?backend=webgpu|cpu overrides the engine's choice (WebGPU on a hardware GPU, else the CPU).
+const askedBackend = new URLSearchParams(location.search).get("backend");
+const backend = askedBackend === "webgpu" || askedBackend === "cpu" ? askedBackend : "auto";
+
+let engine: Engine | undefined;
+let chat: ChatApp | undefined;
+let loading = false;
+let store: ConversationStore | undefined;
+const conversations = async (): Promise<ConversationStore> => (store ??= await ConversationStore.open());
+
+const menu = new ModelMenu($<HTMLFormElement>("model-form"), (choice) => void load(choice, true));
+
+function showEngine(info: ModelInfo, size: number | undefined, mode: ReplyMode): void {
+  dl(ui.engineInfo, [
+    ["Model", info.modelName],
+    ["Size", size === undefined ? "—" : bytes(size)],
+    ["Replies", mode === "chat" ? "Chat, with the model's template" : "Plain text: no chat template"],
+    ["Runs on", info.backend === "cpu" ? `CPU (WebAssembly, ${info.threads} thread${info.threads === 1 ? "" : "s"})` : "GPU (WebGPU)"],
+    [info.backend === "cpu" ? "Instructions" : "Adapter", info.adapter || "—"],
+  ]);
+  ui.modeNotice.hidden = mode === "chat";
+  ui.modeNotice.textContent = mode === "chat" ? "" : NO_TEMPLATE_NOTICE;
+}
+
+/**
+ * Loads a model in place of the one loaded; the conversations stay. `remember`: keep the choice
+ * for the next visit (not one given by ?model=).
+ */
+async function load(choice: ModelChoice, remember: boolean): Promise<void> {
+  if (loading) return;
+  loading = true;
+  menu.enabled = false;
   const meter = new LoadMeter();
+  ui.progress.value = 0;
+  ui.progressText.textContent = "";
   showScreen("Loading the model", "It runs on this device; nothing you type leaves it.", { progress: true });
   try {
-    const [engine, store] = await Promise.all([
-      createEngine({
-        model,
-        backend,
-        onProgress: (p) => {
-          const { fraction, text } = meter.read(p);
-          ui.progress.value = fraction;
-          ui.progressText.textContent = text;
-        },
-        onDeviceLost: deviceLost,
-      }),
-      ConversationStore.open(),
-    ]);
-    window.radixlmChat = { engine };
-    const { info } = engine;
-    dl(ui.engineInfo, [
-      ["Model", info.modelName],
-      ["Runs on", info.backend === "cpu" ? `CPU (WebAssembly, ${info.threads} thread${info.threads === 1 ? "" : "s"})` : "GPU (WebGPU)"],
-      [info.backend === "cpu" ? "Instructions" : "Adapter", info.adapter || "—"],
-    ]);
+    await chat?.halt();
+    // One model in memory at a time: the next may not fit beside the last.
+    const old = engine;
+    engine = undefined;
+    window.radixlmChat = undefined;
+    await old?.dispose();
+    let model: string | Blob;
+    try {
+      model = await modelSource(choice);
+    } catch (error) {
+      if (!(error instanceof FileNotKeptError)) throw error;
+      toast(error.message);
+      choice = DEFAULT_CHOICE;
+      model = await modelSource(choice);
+    }
+    menu.show(choice);
+    // A URL's size comes with the load: its last download or upload events carry the file's size.
+    let size = model instanceof Blob ? model.size : undefined;
+    const conversationStore = await conversations();
+    const next = await createEngine({
+      model,
+      backend,
+      onProgress: (p) => {
+        if (p.stage !== "compile" && p.total !== undefined) size = p.total;
+        const { fraction, text } = meter.read(p);
+        ui.progress.value = fraction;
+        ui.progressText.textContent = text;
+      },
+      onDeviceLost: deviceLost,
+    });
+    engine = next;
+    window.radixlmChat = { engine: next };
+    const mode = replyModeOf(next);
+    showEngine(next.info, size, mode);
+    if (remember) {
+      const name = choice.kind === "file" ? choice.name : "";
+      void rememberChoice(choice).then((kept) => {
+        if (!kept) toast(`${name} could not be kept on this device (storage is full or refused): after a reload, choose it again.`);
+      });
+    }
     ui.screen.hidden = true;
-    await new ChatApp(engine, store).start();
+    if (chat) await chat.useEngine(next, mode);
+    else {
+      chat = new ChatApp(next, mode, conversationStore);
+      await chat.start();
+    }
+    if (mode === "plain") toast("This model has no chat template: replies continue the conversation as plain text.");
   } catch (error) {
     if (error instanceof WebGPUUnavailableError) {
       const where = error instanceof NoAdapterError ? ` WebGPU works in ${WEBGPU_BROWSERS}` : "";
       showScreen("This browser has no WebGPU", `${error.message}${where}`);
       return;
     }
-    showScreen("The model failed to load", message(error), { retry: true });
+    const again = choice;
+    retry = () => void load(again, remember);
+    showScreen("The model failed to load", message(error), { retry: true, useDefault: !isDefault(choice) });
+  } finally {
+    loading = false;
+    menu.enabled = true;
   }
 }
 
+function boot(): void {
+  const { choice, remember } = firstChoice();
+  void load(choice, remember);
+}
+
 /** What "Try again" does: load again, or (after a failed reload onto a new device) start over. */
-let retry = (): void => void boot();
+let retry = boot;
 ui.retry.addEventListener("click", () => retry());
+ui.useDefault.addEventListener("click", () => void load(DEFAULT_CHOICE, true));
 
 // The app has no error it expects to go uncaught: say so on screen rather than fail silently.
 window.addEventListener("error", (e) => toast(`Something went wrong: ${e.message}`));
@@ -613,4 +698,4 @@ if ("serviceWorker" in navigator) {
   navigator.serviceWorker.register("/sw.js").catch((error: unknown) => console.warn(`radixlm chat: no offline copy (${message(error)})`));
 }
 
-void boot();
+boot();

@@ -390,6 +390,7 @@ impl WasmEngine {
             "backend": backend.backend,
             "threads": backend.threads,
             "fingerprint": format!("{:032x}", e.fingerprint),
+            "has_chat_template": e.chat_template.is_some(),
         })
         .to_string())
     }
