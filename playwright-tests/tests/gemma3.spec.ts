@@ -23,12 +23,14 @@ interface Case {
 }
 
 const goldens = JSON.parse(fs.readFileSync(path.join(REPO_ROOT, "crate", "tests", "fixtures", "gemma3_goldens.json"), "utf8")) as { n_continue: number; cases: Case[] };
-// Short prompts in four scripts and the one over 1,000 tokens (twice the local layers' window).
-const CASES = goldens.cases.filter((c) => ["gemma3-0", "gemma3-5", "gemma3-6", "gemma3-9"].includes(c.name));
+// All ten: short prompts in several scripts, code, whitespace runs, emoji, Gemma's turn markers,
+// and one over 1,000 tokens (twice the local layers' window).
+const CASES = goldens.cases;
 
 test("Gemma 3 270M's greedy tokens in the browser are llama.cpp's, or the exact reference's where they part (cpu)", async ({ harness: page }, testInfo) => {
   test.setTimeout(300_000);
-  expect(CASES.length).toBe(4);
+  expect(CASES.length).toBeGreaterThanOrEqual(10);
+  expect(CASES.some((c) => c.prompt_ids.length > 1000)).toBe(true);
   const { engine, info } = await loadEngine(page, { model: MODEL_URL, backend: "cpu" });
   expect(info.backend).toBe("cpu");
   // A base model: no chat template, so chats are refused by name and completions serve it.
