@@ -49,7 +49,12 @@ export interface Message {
 /** What a request sends besides its sampling: a prompt, or a conversation. */
 type Body = { prompt: string } | { messages: Message[] };
 
-const MODEL_URL = DEFAULT_MODEL_URL;
+/**
+ * The model every engine of a run loads: the default model, or another served under /models/
+ * (`RADIXLM_BENCH_MODEL`, e.g. /models/gemma-3-270m/gemma-3-270m-q4_k_m.gguf; the speed
+ * benchmark's completions need no chat template).
+ */
+const MODEL_URL = process.env.RADIXLM_BENCH_MODEL ?? DEFAULT_MODEL_URL;
 
 /** An engine in a tab: completions and chats are one streamed request each, in the page. */
 abstract class TabEngine implements BenchEngine {
@@ -306,7 +311,7 @@ export async function runEnvironment(context: BrowserContext): Promise<RunEnviro
   });
   await probe.close();
   return {
-    model: "SmolLM2-135M-Instruct Q4_1",
+    model: MODEL_URL === DEFAULT_MODEL_URL ? "SmolLM2-135M-Instruct Q4_1" : (MODEL_URL.split("/").pop() ?? MODEL_URL),
     machine: `${cpus()[0]?.model ?? "unknown CPU"}, ${cpus().length} cores, ${Math.round(totalmem() / 2 ** 30)} GiB`,
     browser: `chromium ${context.browser()?.version() ?? "unknown"}`,
     adapter,

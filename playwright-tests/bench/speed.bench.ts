@@ -6,11 +6,13 @@
 //
 //   cd playwright-tests && npx playwright test -c bench.config.ts speed
 //   RADIXLM_BENCH_SIZE=smoke: 128 and 32 tokens, one repeat
+//   RADIXLM_BENCH_BACKEND=cpu: radixlm's CPU backend only (no WebGPU row)
+//   RADIXLM_BENCH_MODEL=/models/...: another model for every engine
 
 import { writeFileSync } from "node:fs";
 import path from "node:path";
 import { expect, test } from "@playwright/test";
-import { describe, RadixlmEngine, runEnvironment, WllamaEngine, type BenchEngine } from "./engines";
+import { benchBackends, describe, RadixlmEngine, runEnvironment, WllamaEngine, type BenchEngine } from "./engines";
 import { benchSize, median, PROTOCOL, resultsDir } from "./protocol";
 
 test("speed: prefill and decode tokens/s and load time, radixlm (CPU and WebGPU) beside wllama", async ({ browser }) => {
@@ -22,12 +24,12 @@ test("speed: prefill and decode tokens/s and load time, radixlm (CPU and WebGPU)
   const radixCpuOne = new RadixlmEngine(await context.newPage(), "cpu", 1);
   const wllama = new WllamaEngine(await context.newPage());
   const wllamaOne = new WllamaEngine(await context.newPage(), 1);
-  const radixGpu = new RadixlmEngine(await context.newPage(), "webgpu");
-  const engines = [radixCpu, radixCpuOne, wllama, wllamaOne, radixGpu];
+  const engines: BenchEngine[] = [radixCpu, radixCpuOne, wllama, wllamaOne];
+  if (benchBackends().includes("webgpu")) engines.push(new RadixlmEngine(await context.newPage(), "webgpu"));
   for (const engine of engines) await engine.open();
 
   const rows: Array<{ engine: string; promptTokens: number; generated: number[]; prefill: number[]; decode: number[]; loadMs: number[] }> = [];
-  for (const engine of engines as BenchEngine[]) {
+  for (const engine of engines) {
     const row = { engine: engine.name, promptTokens: 0, generated: [] as number[], prefill: [] as number[], decode: [] as number[], loadMs: [] as number[] };
     for (let r = 0; r < repeats; r++) {
       await engine.forget();
