@@ -251,7 +251,15 @@ impl Forward {
 
     /// Ops in one pass of this model, at most: what a profiler must have room for.
     pub fn max_ops(&self) -> usize {
-        1 + 10 * self.layers.len() + 3
+        let per_layer = |l: &Layer| {
+            let ffn = match l.ffn_in {
+                FfnInput::GateUp(..) => 1,
+                FfnInput::Apart { .. } => 3,
+            };
+            l.attn_in.len() + l.qk_norm.is_some() as usize + 2 + l.o_post.is_some() as usize + ffn + 1 + l.down_post.is_some() as usize
+        };
+        // Embed; the layers; the final norm, the LM head and the pick.
+        1 + self.layers.iter().map(per_layer).sum::<usize>() + 3
     }
 
     /// Runs `tokens` (at most `max_batch`) at positions `start_pos..`, writing their K/V into
