@@ -1,5 +1,6 @@
 //! Causal grouped-query attention over the KV pages on the CPU, for a step of T new tokens at
-//! positions `start_pos..start_pos + T`.
+//! positions `start_pos..start_pos + T`, within each query's sliding window where the layer has
+//! one (keys before the window are never read).
 //!
 //! A task takes a block of the step's tokens and the query heads of one KV head (or one query
 //! head, when there are too few tasks to keep the threads busy, as in decode). Each key and

@@ -10,10 +10,14 @@
 //! | op | reads | writes |
 //! |----|-------|--------|
 //! | `Matmul` with the RMSNorm prologue, RoPE and the KV write its epilogue | x (T, C), attn_norm, Wqkv (or Wq, Wk, Wv: ×3), page table | q (T, H·D); this layer's k_cache, v_cache (f16 pairs) |
-//! | `AttentionPaged` (split over the keys, then combined) | q, page table, k_cache, v_cache | a (T, H·D) |
+//! | `QkNorm` (qwen3, gemma3: per-head q/k norms, then RoPE and the k write) | q and k as the product wrote them | q; k_cache |
+//! | `AttentionPaged` (split over the keys, then combined; a sliding-window layer's splits start at its window) | q, page table, k_cache, v_cache | a (T, H·D) |
 //! | `Matmul` (accumulate) | a, Wo | x += a·Woᵀ (the residual add) |
 //! | `Matmul` with the RMSNorm prologue and act·mul its epilogue | x, ffn_norm, Wgate_up (or Wgate, Wup: ×2, then `Glu`) | f (T, F) |
 //! | `Matmul` (accumulate) | f, Wdown | x += f·Wdownᵀ |
+//!
+//! With post norms (gemma3) the o and down products write `post` (T, C) instead, and
+//! `RmsNorm::add` adds its normalised rows to x.
 //!
 //! then `RmsNorm` with `last_row_only` (x → h1 (1, C)), `Matmul` for the LM head bound to a
 //! second `StepParams` buffer holding n_tokens = 1 (h1 → logits (1, V)), and a copy of the
