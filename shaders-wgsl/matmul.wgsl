@@ -583,10 +583,10 @@ fn tile_norm4(k: u32) -> vec4<f32> {
     return v;
 }
 
-/// Stores token t's four sums of a lane's slots, from output row r (GATED: rows r and r + 1,
-/// the gate's sums in a.xy and up's in a.zw).
-fn store_tile4(t: u32, r: u32, a: vec4<f32>, ss: f32) {
-    let v = a * inv_rms(ss);
+/// Stores token t's four sums of a lane's slots, times `scale`, from output row r (GATED: rows r
+/// and r + 1, the gate's sums in a.xy and up's in a.zw).
+fn store_tile4(t: u32, r: u32, a: vec4<f32>, scale: f32) {
+    let v = a * scale;
     if (ATTN_IN) {
         // r is even and part.rows even: both rows of each pair or neither.
         if (r < part.rows) { store_attention_pair(t, r, v.xy); }
@@ -637,6 +637,26 @@ fn matmul_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation
     var acc1 = vec4<f32>();
     var acc2 = vec4<f32>();
     var acc3 = vec4<f32>();
+    // TILE_PRENORM (f16 tiles): tokens s and s + 16's 1 / rms first, from the eight lanes'
+    // partial sums of squares, so the activations enter the tile normalised.
+    var pre = vec2<f32>(1.0);
+    if (NORM && TILE_PRENORM) {
+        var part = vec2<f32>();
+        for (var k0 = 0u; k0 < K; k0 += TILE_K) {
+            let a = tile_x4(xa, k0 + g * 4u);
+            let b = tile_x4(xb, k0 + g * 4u);
+            part += vec2<f32>(dot(a, a), dot(b, b));
+        }
+        sq_parts[lid] = part.x;
+        sq_parts[TILE_WG + lid] = part.y;
+        workgroupBarrier();
+        var full = vec2<f32>();
+        for (var e = 0u; e < TILE_K / 4u; e++) {
+            full += vec2<f32>(sq_parts[s * (TILE_K / 4u) + e], sq_parts[TILE_WG + s * (TILE_K / 4u) + e]);
+        }
+        pre = vec2<f32>(inv_rms(full.x), inv_rms(full.y));
+        workgroupBarrier(); // sq_parts is written again after the loop
+    }
     for (var k0 = 0u; k0 < K; k0 += TILE_K) {
         let k = k0 + g * 4u;
         w_tile[s * TILE_K4 + g] = TileVec(tile_weights4(wrow.x, k));
@@ -649,8 +669,8 @@ fn matmul_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation
             sq += vec2<f32>(dot(a, a), dot(b, b));
         }
         let n = tile_norm4(k);
-        x_tile[s * TILE_K4 + g] = TileVec(a * n);
-        x_tile[(s + 16u) * TILE_K4 + g] = TileVec(b * n);
+        x_tile[s * TILE_K4 + g] = TileVec(a * n * pre.x);
+        x_tile[(s + 16u) * TILE_K4 + g] = TileVec(b * n * pre.y);
         workgroupBarrier();
         for (var c = 0u; c < TILE_K / 4u; c++) {
             let wm = mat4x4<f32>(tile_w(4u * rg, c), tile_w(4u * rg + 1u, c), tile_w(4u * rg + 2u, c), tile_w(4u * rg + 3u, c));
@@ -674,8 +694,10 @@ fn matmul_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation
     }
     let r = r0 + select(4u * rg, 2u * rg, GATED);
     let t = t0 + 4u * tg;
-    if (t < nt) { store_tile4(t, r, acc0, ss.x); }
-    if (t + 1u < nt) { store_tile4(t + 1u, r, acc1, ss.y); }
-    if (t + 2u < nt) { store_tile4(t + 2u, r, acc2, ss.z); }
-    if (t + 3u < nt) { store_tile4(t + 3u, r, acc3, ss.w); }
+    // Normalised already with TILE_PRENORM.
+    let scale = select(vec4<f32>(inv_rms(ss.x), inv_rms(ss.y), inv_rms(ss.z), inv_rms(ss.w)), vec4<f32>(1.0), TILE_PRENORM);
+    if (t < nt) { store_tile4(t, r, acc0, scale.x); }
+    if (t + 1u < nt) { store_tile4(t + 1u, r, acc1, scale.y); }
+    if (t + 2u < nt) { store_tile4(t + 2u, r, acc2, scale.z); }
+    if (t + 3u < nt) { store_tile4(t + 3u, r, acc3, scale.w); }
 }

@@ -187,6 +187,35 @@ fn matmul_with_the_rmsnorm_prologue() {
 }
 
 #[test]
+fn rmsnorm_prologue_with_residual_stream_outliers_past_f16() {
+    // Outliers of 1e5 in the residual stream (large models have them): times norm_w they pass
+    // f16's 65,504, so f16 tiles must normalise before rounding (tile_f16.wgsl TILE_PRENORM).
+    let mut rng = SplitMix64(31);
+    let gpu = gpu(LimitsPolicy::Adapter);
+    for ty in [GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::F16] {
+        let (k, n, t) = (fit_k(ty, 512), 37, 33);
+        let (data, w) = random_weight(&mut rng, ty, k, n);
+        let gw = GpuWeight::upload(gpu, "w", ty, k, n, &data).unwrap();
+        let g: Vec<f32> = randn(&mut rng, k).iter().map(|v| 1.0 + 0.3 * v).collect();
+        let x: Vec<f32> = randn(&mut rng, t * k).iter().enumerate().map(|(i, v)| if i % 97 == 5 { 1e5 * v.signum() } else { *v }).collect();
+        let want = reference::matmul(&reference::rmsnorm(&x, &g, 1e-5), &w, k, n);
+        for shape in [MatmulShape::WIDE, WIDE_F16, MatmulShape::Rows] {
+            if !gpu_shapes(gpu).contains(&shape) && shape != MatmulShape::Rows {
+                continue;
+            }
+            let step = gpu.uniform("step", &StepParams::new(t as u32, 0));
+            let (xb, gb, yb) = (gpu.upload("x", f32_bytes(&x)), gpu.upload("g", f32_bytes(&g)), gpu.storage("y", (t * n * 4) as u64));
+            let op = Matmul::with_norm(gpu, shape, ty, k, n, false, 1e-5);
+            let b = op.bind_normed(gpu, &step, &xb, &gb, &gw, &yb);
+            run(gpu, |p| op.encode(p, &b, t as u32));
+            let got = read(gpu, &yb, t * n);
+            assert!(got.iter().all(|v| v.is_finite()), "{} {shape:?}: non-finite outputs", ty.name());
+            assert_close(&format!("rmsnorm + matmul with outliers {} {shape:?}", ty.name()), &got, &want, tolerance(shape, t));
+        }
+    }
+}
+
+#[test]
 fn gated_matmul_is_the_activated_gate_times_up() {
     let mut rng = SplitMix64(13);
     let gpu = gpu(LimitsPolicy::Adapter);
