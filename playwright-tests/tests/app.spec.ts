@@ -59,8 +59,11 @@ test("a message is sent with Enter, the reply streams in, and the cache panel re
 test("Stop ends a reply early and the page answers again", async ({ page }, testInfo) => {
   await page.goto("/");
   await setMaxTokens(page, 400);
+  // Greedy: a sampled reply of the tiny model may end after a few tokens, before Stop is
+  // pressed; its greedy reply runs 119 tokens.
+  await page.evaluate(() => localStorage.setItem("radixlm.temperature", "0"));
   // On WebGPU (SwiftShader here) the reply is still streaming when Stop is pressed; the CPU
-  // backend would have finished the tiny model's 400 tokens first.
+  // backend would have finished the tiny model's reply first.
   await page.goto(`${APP}&backend=webgpu`);
   await expect(page.getByRole("textbox", { name: "Message" })).toBeEnabled({ timeout: 60_000 });
   const input = page.getByRole("textbox", { name: "Message" });
