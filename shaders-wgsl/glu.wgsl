@@ -1,5 +1,5 @@
-// The gated FFN's activation: out = act(gate) * up, elementwise; act is SiLU (SwiGLU) or GELU's
-// tanh approximation (GeGLU: gemma3), as matmul.wgsl's GATED epilogue.
+// The gated FFN's activation: out = act(gate) * up, elementwise (act.wgsl, as matmul.wgsl's GATED
+// epilogue).
 
 override F: u32;            // row length (feed-forward width)
 override GELU: bool = false;
@@ -16,11 +16,5 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (i >= params.n_tokens * F) {
         return;
     }
-    let g = gate[i];
-    var a = g / (1.0 + exp(-g));
-    if (GELU) {
-        // tanh's argument clamped: tanh(10) is 1 in f32, and exp-based tanh overflows beyond.
-        a = 0.5 * g * (1.0 + tanh(clamp(0.7978845608 * g * (1.0 + 0.044715 * g * g), -10.0, 10.0)));
-    }
-    out[i] = a * up[i];
+    out[i] = act4(vec4<f32>(gate[i])).x * up[i];
 }

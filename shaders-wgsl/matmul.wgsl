@@ -252,15 +252,6 @@ fn q8_0_columns(q: vec4<u32>, d: vec4<f32>) -> mat4x4<f32> {
     return mat4x4<f32>(i8x4(q.x) * d.x, i8x4(q.y) * d.y, i8x4(q.z) * d.z, i8x4(q.w) * d.w);
 }
 
-/// The gate's activation (glu.wgsl's twin).
-fn act4(g: vec4<f32>) -> vec4<f32> {
-    if (GELU) {
-        // tanh's argument clamped: tanh(10) is 1 in f32, and exp-based tanh overflows beyond.
-        return 0.5 * g * (1.0 + tanh(clamp(0.7978845608 * g * (1.0 + 0.044715 * g * g), vec4<f32>(-10.0), vec4<f32>(10.0))));
-    }
-    return g / (1.0 + exp(-g));
-}
-
 /// Stores token t's eight sums (GATED: the gate's four in `a`, up's in `b`) from output row r0.
 fn store8(t: u32, r0: u32, a: vec4<f32>, b: vec4<f32>, ss: f32) {
     let s = inv_rms(ss);

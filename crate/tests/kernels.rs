@@ -417,7 +417,7 @@ fn assert_elementwise(what: &str, got: &[f32], want: &[f32], rel: f32, abs: f32)
 fn every_wgsl_file_validates() {
     use wgpu::naga;
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../shaders-wgsl");
-    let shared = ["common.wgsl", "blocks.wgsl", "banned.wgsl", "rope.wgsl", "tile_f32.wgsl", "tile_f16.wgsl", "matvec_subgroup.wgsl"];
+    let shared = ["common.wgsl", "blocks.wgsl", "banned.wgsl", "rope.wgsl", "act.wgsl", "tile_f32.wgsl", "tile_f16.wgsl", "matvec_subgroup.wgsl"];
     for entry in std::fs::read_dir(dir).unwrap() {
         let name = entry.unwrap().file_name().into_string().unwrap();
         assert!(shared.contains(&name.as_str()) || KERNELS.iter().any(|(f, _)| *f == name), "{name} has no dispatcher in gpu::ops::KERNELS");

@@ -168,7 +168,7 @@ impl CpuBackend {
             rmsnorm(&s.x[..t * c], &w.attn_norm, cfg.rms_eps, &mut s.h[..t * c]);
             let qkv = [&w.wq, &w.wk, &w.wv];
             product::<S>(th, &qkv, &s.h[..t * c], t, c, &mut s.q16, &mut s.qkv[..t * qkv_cols], qkv_cols, false);
-            let table = &s.rope[if cfg.local_rope(l) { per_table } else { 0 }..][..per_table];
+            let table = &s.rope[if cfg.is_local(l) { per_table } else { 0 }..][..per_table];
             for (ti, row) in s.qkv[..t * qkv_cols].chunks_exact_mut(qkv_cols).enumerate() {
                 if let Some(b) = &w.qkv_bias {
                     row.iter_mut().zip(b).for_each(|(x, b)| *x += b);

@@ -159,8 +159,8 @@ impl Forward {
         };
         for (i, lw) in w.layers.iter().enumerate() {
             let caches = [&pool.k[i], &pool.v[i]];
-            let local = cfg.window(i).is_some();
-            let rope_table = match (&local_rope, cfg.local_rope(i)) {
+            let local = cfg.is_local(i);
+            let rope_table = match (&local_rope, local) {
                 (Some(table), true) => table,
                 _ => &global_rope,
             };

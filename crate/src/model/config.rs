@@ -247,15 +247,15 @@ impl Config {
         self.sliding_window.map(|s| super::rope::freqs(self.head_dim, s.rope_base, 1.0, None))
     }
 
-    /// Whether layer `layer` turns by the local layers' frequencies.
-    pub fn local_rope(&self, layer: usize) -> bool {
+    /// Whether layer `layer` is a sliding-window layer (its own window and RoPE frequencies).
+    pub fn is_local(&self, layer: usize) -> bool {
         self.window(layer).is_some()
     }
 
     /// Layer `layer`'s RoPE frequencies.
     pub fn rope_freqs(&self, layer: usize, factors: Option<&[f32]>) -> Vec<f32> {
         match self.local_rope_freqs() {
-            Some(local) if self.local_rope(layer) => local,
+            Some(local) if self.is_local(layer) => local,
             _ => self.global_rope_freqs(factors),
         }
     }

@@ -7,7 +7,7 @@ use crate::model::config::FfnAct;
 
 pub const KERNEL: Kernel = Kernel {
     op: OpKind::Glu,
-    source: wgsl!("glu.wgsl"),
+    source: wgsl!("glu.wgsl", "act.wgsl"),
     slots: &[Slot::Uniform, Slot::Read, Slot::Read, Slot::ReadWrite],
 };
 

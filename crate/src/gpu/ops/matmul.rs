@@ -8,15 +8,15 @@ use crate::gpu::{Gpu, GpuWeight, WeightPart};
 
 pub const KERNEL: Kernel = Kernel {
     op: OpKind::Matmul,
-    source: wgsl!("matmul.wgsl", "tile_f32.wgsl", "blocks.wgsl", "rope.wgsl"),
+    source: wgsl!("matmul.wgsl", "tile_f32.wgsl", "blocks.wgsl", "rope.wgsl", "act.wgsl"),
     slots: &[Slot::Uniform, Slot::Uniform, Slot::Read, Slot::Read, Slot::ReadWrite, Slot::Read, Slot::Read, Slot::ReadWrite, Slot::ReadWrite, Slot::Uniform, Slot::Read],
 };
 
 /// The same kernels with `matmul_tiled`'s tiles in f16, for adapters with shader-f16.
-pub const KERNEL_F16: Kernel = Kernel { op: OpKind::MatmulF16, source: wgsl!(enable f16; "matmul.wgsl", "tile_f16.wgsl", "blocks.wgsl", "rope.wgsl"), slots: KERNEL.slots };
+pub const KERNEL_F16: Kernel = Kernel { op: OpKind::MatmulF16, source: wgsl!(enable f16; "matmul.wgsl", "tile_f16.wgsl", "blocks.wgsl", "rope.wgsl", "act.wgsl"), slots: KERNEL.slots };
 
 /// The same kernels and `matvec_subgroup`, for native adapters with subgroup operations.
-pub const KERNEL_SUBGROUP: Kernel = Kernel { op: OpKind::MatmulSubgroup, source: wgsl!("matmul.wgsl", "tile_f32.wgsl", "blocks.wgsl", "matvec_subgroup.wgsl", "rope.wgsl"), slots: KERNEL.slots };
+pub const KERNEL_SUBGROUP: Kernel = Kernel { op: OpKind::MatmulSubgroup, source: wgsl!("matmul.wgsl", "tile_f32.wgsl", "blocks.wgsl", "matvec_subgroup.wgsl", "rope.wgsl", "act.wgsl"), slots: KERNEL.slots };
 
 /// Steps of at most this many tokens use the one-token-per-thread pipeline.
 pub const MATVEC_MAX_T: u32 = 4;
