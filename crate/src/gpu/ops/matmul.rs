@@ -8,15 +8,15 @@ use crate::gpu::{Gpu, GpuWeight, WeightPart};
 
 pub const KERNEL: Kernel = Kernel {
     op: OpKind::Matmul,
-    source: wgsl!("matmul.wgsl", "tile_f32.wgsl", "blocks.wgsl", "rope.wgsl", "act.wgsl"),
+    source: wgsl!("matmul.wgsl", "tile_f32.wgsl", "blocks.wgsl", "matvec_blocks.wgsl", "rope.wgsl", "act.wgsl"),
     slots: &[Slot::Uniform, Slot::Uniform, Slot::Read, Slot::Read, Slot::ReadWrite, Slot::Read, Slot::Read, Slot::ReadWrite, Slot::ReadWrite, Slot::Uniform, Slot::Read],
 };
 
 /// The same kernels with `matmul_tiled`'s tiles in f16, for adapters with shader-f16.
-pub const KERNEL_F16: Kernel = Kernel { op: OpKind::MatmulF16, source: wgsl!(enable f16; "matmul.wgsl", "tile_f16.wgsl", "blocks.wgsl", "rope.wgsl", "act.wgsl"), slots: KERNEL.slots };
+pub const KERNEL_F16: Kernel = Kernel { op: OpKind::MatmulF16, source: wgsl!(enable f16; "matmul.wgsl", "tile_f16.wgsl", "blocks.wgsl", "matvec_blocks.wgsl", "rope.wgsl", "act.wgsl"), slots: KERNEL.slots };
 
 /// The same kernels and `matvec_subgroup`, for native adapters with subgroup operations.
-pub const KERNEL_SUBGROUP: Kernel = Kernel { op: OpKind::MatmulSubgroup, source: wgsl!("matmul.wgsl", "tile_f32.wgsl", "blocks.wgsl", "matvec_subgroup.wgsl", "rope.wgsl", "act.wgsl"), slots: KERNEL.slots };
+pub const KERNEL_SUBGROUP: Kernel = Kernel { op: OpKind::MatmulSubgroup, source: wgsl!("matmul.wgsl", "tile_f32.wgsl", "blocks.wgsl", "matvec_blocks.wgsl", "matvec_subgroup.wgsl", "rope.wgsl", "act.wgsl"), slots: KERNEL.slots };
 
 /// Steps of at most this many tokens use the one-token-per-thread pipeline.
 pub const MATVEC_MAX_T: u32 = 4;
@@ -32,6 +32,10 @@ const ROWS_PER_THREAD: u32 = 8;
 const WG: u32 = 16;
 /// `matvec_wide`: lanes per workgroup and rows per workgroup (matmul.wgsl WIDE_WG, WIDE_ROWS).
 const WIDE_ROWS: u32 = 4;
+/// `matvec_blocks`: lanes per workgroup and weight rows per lane group (matvec_blocks.wgsl
+/// MV_WG, MV_ROWS).
+const MV_WG: u32 = 64;
+const MV_ROWS: u32 = 4;
 /// `matmul_tiled`: weight rows and tokens per workgroup (matmul.wgsl TILE_ROWS, TILE_TOKENS).
 const TILE_ROWS: u32 = 64;
 const TILE_TOKENS: u32 = 32;
@@ -68,7 +72,37 @@ pub struct Matmul {
     rope_freqs: wgpu::Buffer,
     shape: MatmulShape,
     matvec: wgpu::ComputePipeline,
+    /// One-token steps of the real-GPU shape in `matvec_blocks`, where it has the type.
+    matvec1: Option<(wgpu::ComputePipeline, BlockLanes)>,
     prefill: wgpu::ComputePipeline,
+}
+
+/// `matvec_blocks`'s lanes per row group (matvec_blocks.wgsl BLOCK_LANES) for a weight of `ty`
+/// with rows of `k`: as many as the row has units (blocks; Q4_K halves of sub-block pairs), a
+/// power of two from 4 to 32, so a short row is still split over many lanes. None for the types
+/// it has no loop for, and for rows that are not whole words (an odd number of 18-, 22- or
+/// 34-byte blocks), which matvec_wide reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockLanes(u32);
+
+impl BlockLanes {
+    pub fn for_weight(ty: GgmlType, k: usize) -> Option<Self> {
+        let unit = match ty {
+            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q8_0 => 32,
+            GgmlType::Q4_K => 64,
+            _ => return None,
+        };
+        if k % unit != 0 || ty.row_bytes(k).is_none_or(|b| b % 4 != 0) {
+            return None;
+        }
+        let units = (k / unit) as u32;
+        Some(Self((1u32 << units.max(1).ilog2()).clamp(4, 32)))
+    }
+
+    /// Workgroups for `rows` weight rows.
+    fn workgroups(self, rows: u32) -> u32 {
+        rows.div_ceil(MV_ROWS * (MV_WG / self.0))
+    }
 }
 
 /// Bind groups for one (step, x, w, y), one per weight part.
@@ -188,8 +222,8 @@ impl Matmul {
             _ => None,
         };
         // Each pipeline from the kernel (module) its entry point lives in.
-        let pipeline = |kernel: &Kernel, entry, tokens: u32| {
-            let key = PipelineKey::new(kernel.op, entry)
+        let key = |kernel: &Kernel, entry, tokens: u32| {
+            PipelineKey::new(kernel.op, entry)
                 .with("DTYPE", ty.id())
                 .with("K", k as u32)
                 .with("N", if gated { n / 2 } else { n } as u32)
@@ -207,13 +241,20 @@ impl Matmul {
                 .with("PAGE", at.map_or(16, |a| a.page_size) as u32)
                 .with("ROPE_NEOX", at.is_some_and(|a| a.rope_neox) as u32)
                 .with("BIAS", at.is_some_and(|a| a.bias) as u32)
-                .with("QK_NORM", at.is_some_and(|a| a.qk_norm) as u32);
-            gpu.pipeline(kernel, key)
+                .with("QK_NORM", at.is_some_and(|a| a.qk_norm) as u32)
         };
+        let pipeline = |kernel: &Kernel, entry, tokens: u32| gpu.pipeline(kernel, key(kernel, entry, tokens));
         let matvec = match shape {
             MatmulShape::Wide { subgroups: true, .. } => pipeline(&KERNEL_SUBGROUP, "matvec_subgroup", MATVEC_TOKENS),
             MatmulShape::Wide { subgroups: false, .. } => pipeline(&KERNEL, "matvec_wide", MATVEC_TOKENS),
             MatmulShape::Rows => pipeline(&KERNEL, "matmul_rows", MATVEC_TOKENS),
+        };
+        let matvec1 = match shape {
+            MatmulShape::Wide { .. } => BlockLanes::for_weight(ty, k).map(|lanes| {
+                let key = key(&KERNEL, "matvec_blocks", MATVEC_TOKENS).with("BLOCK_LANES", lanes.0);
+                (gpu.pipeline(&KERNEL, key), lanes)
+            }),
+            MatmulShape::Rows => None,
         };
         let prefill = match shape {
             MatmulShape::Wide { f16_tiles: false, .. } => pipeline(&KERNEL, "matmul_tiled", PREFILL_TOKENS),
@@ -224,7 +265,7 @@ impl Matmul {
             Some(at) => at.rope_freqs.0.clone(),
             None => gpu.placeholder("matmul.rope_freqs", (MAX_ROPE_PAIRS * 4) as u64, Slot::Uniform),
         };
-        Self { ty, k, n, norm: norm_eps.is_some(), attention_input: at.is_some(), rope_freqs, shape, matvec, prefill }
+        Self { ty, k, n, norm: norm_eps.is_some(), attention_input: at.is_some(), rope_freqs, shape, matvec, matvec1, prefill }
     }
 
     /// What the KV-cache bindings hold for products other than attention's input: two buffers,
@@ -287,6 +328,14 @@ impl Matmul {
     /// Encodes the product for the first `n_tokens` rows of x (must equal the step's n_tokens).
     pub fn encode(&self, pass: &mut wgpu::ComputePass, binding: &MatmulBinding, n_tokens: u32) {
         if n_tokens == 0 {
+            return;
+        }
+        if let (1, Some((pipeline, lanes))) = (n_tokens, &self.matvec1) {
+            pass.set_pipeline(pipeline);
+            for (group, rows) in &binding.parts {
+                pass.set_bind_group(0, group, &[]);
+                dispatch_linear(pass, lanes.workgroups(*rows));
+            }
             return;
         }
         let decode = n_tokens <= MATVEC_MAX_T;

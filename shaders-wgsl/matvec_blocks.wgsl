@@ -1,0 +1,260 @@
+// One-token decode products specialised per block type (gpu/ops/matmul.rs `BlockLanes`), for
+// Q4_0, Q4_1, Q5_0, Q8_0 and Q4_K; matvec_wide serves the other types and steps of 2-4 tokens.
+//
+// A workgroup is MV_WG / BLOCK_LANES groups of BLOCK_LANES lanes; a group computes MV_ROWS weight
+// rows. Its lanes split the rows' units (a 32-weight block, or a Q4_K 64-weight half of a
+// sub-block pair): lane j takes units j, j + BLOCK_LANES, ..., so adjacent lanes read adjacent
+// blocks. Per unit a lane loads the activations once for its four rows and, per row, the block's
+// scale once and its quants as whole words. Nibbles are not shifted out: a mask leaves nibble c
+// of a word as q·16^c, and the activation it multiplies was pre-scaled by 16^-c (as llama.cpp's
+// Metal kernels do), so a weight costs a mask, a conversion and an FMA; offsets and minimums
+// multiply the unit's activation sum once. The group's sums (four rows and, with NORM, the sum of
+// squares) are added in workgroup memory behind one barrier by the lanes that store them.
+//
+// Blocks of 18, 22 and 34 bytes start at 2 mod 4 every other block (rows are whole words: the
+// host picks this kernel only then): such a block's fields are whole words, the other blocks'
+// fields are joined from the high half of one word and the low half of the next.
+
+override BLOCK_LANES: u32 = 16u; // lanes per group: a power of two from 4 to 64 (gpu/ops/matmul.rs)
+
+const MV_WG: u32 = 64u;  // gpu/ops/matmul.rs MV_WG
+const MV_ROWS: u32 = 4u; // weight rows per group (gpu/ops/matmul.rs MV_ROWS)
+// Per lane: MV_ROWS sums, then the sum of squares (NORM). 1.25 KiB.
+var<workgroup> mv_sums: array<f32, (MV_ROWS + 1u) * MV_WG>;
+
+// Nibble c of each byte lane of a word, in place: low nibbles are q·256^c, high ones q·16·256^c.
+const LO_MASK = vec4<u32>(0xfu, 0xf00u, 0xf0000u, 0xf000000u);
+const HI_MASK = vec4<u32>(0xf0u, 0xf000u, 0xf00000u, 0xf0000000u);
+const LO_SCALE = vec4<f32>(1.0, 1.0 / 256.0, 1.0 / 65536.0, 1.0 / 16777216.0);
+const HI_SCALE = vec4<f32>(1.0 / 16.0, 1.0 / 4096.0, 1.0 / 1048576.0, 1.0 / 268435456.0);
+
+// The unit's activations (times norm_w with NORM): mv_x[v] holds columns k0 + 4v .. k0 + 4v + 3.
+var<private> mv_x: array<vec4<f32>, 16>;
+var<private> mv_sum_sq: f32;
+
+/// Loads the unit's `n` vec4s of activations at column k0 into mv_x, adds their squares to
+/// mv_sum_sq, and returns the sums of its two halves (for offsets and minimums).
+fn mv_load_x(k0: u32, n: u32) -> vec2<f32> {
+    var sums = vec2<f32>();
+    for (var v = 0u; v < n; v++) {
+        let raw = x4_raw(k0 + 4u * v);
+        if (NORM) {
+            mv_sum_sq += dot(raw, raw);
+        }
+        mv_x[v] = raw * norm4(k0 + 4u * v);
+        sums[v / (n / 2u)] += dot(mv_x[v], vec4<f32>(1.0));
+    }
+    return sums;
+}
+
+/// Scales mv_x's first half for low nibbles and its second for high ones.
+fn mv_prescale_nibbles(n: u32) {
+    for (var v = 0u; v < n; v++) {
+        mv_x[v] *= select(HI_SCALE, LO_SCALE, v < n / 2u);
+    }
+}
+
+/// Σ q·x over one word of nibbles: its low nibbles against mv_x[lo], its high ones against mv_x[hi].
+fn mv_nibbles(q: u32, lo: u32, hi: u32) -> vec2<f32> {
+    let v = vec4<u32>(q);
+    return vec2<f32>(dot(vec4<f32>(v & LO_MASK), mv_x[lo]), dot(vec4<f32>(v & HI_MASK), mv_x[hi]));
+}
+
+/// The word at byte 2 + 4i of words `lo`, `hi` read at a block start: whole word `hi` when the
+/// block starts at 2 mod 4 (`odd`), else the halves of both.
+fn mv_join(lo: u32, hi: u32, odd: bool) -> u32 {
+    return select((lo >> 16u) | (hi << 16u), hi, odd);
+}
+
+/// Q4_0 at byte o: d·(Σ q·x - 8·Σx).
+fn mv_q4_0(o: u32, xsum: f32) -> f32 {
+    let base = o >> 2u;
+    let odd = (o & 2u) != 0u;
+    var wd: array<u32, 5>;
+    for (var i = 0u; i < 5u; i++) {
+        wd[i] = w[base + i];
+    }
+    let d = unpack2x16float(select(wd[0], wd[0] >> 16u, odd)).x;
+    var acc = vec2<f32>();
+    for (var i = 0u; i < 4u; i++) {
+        acc += mv_nibbles(mv_join(wd[i], wd[i + 1u], odd), i, i + 4u);
+    }
+    return d * (acc.x + acc.y - 8.0 * xsum);
+}
+
+/// Q4_1 at byte o (20-byte blocks: always whole words): d·Σ q·x + m·Σx.
+fn mv_q4_1(o: u32, xsum: f32) -> f32 {
+    let base = o >> 2u;
+    let dm = unpack2x16float(w[base]);
+    var acc = vec2<f32>();
+    for (var i = 0u; i < 4u; i++) {
+        acc += mv_nibbles(w[base + 1u + i], i, i + 4u);
+    }
+    return dm.x * (acc.x + acc.y) + dm.y * xsum;
+}
+
+/// Bit c of the four bits of `t` moved to bit 8c + 4: the fifth bits of four weights, in place
+/// above their nibbles.
+fn mv_fifth_bits(t: u32) -> u32 {
+    return ((t & 0xfu) * 0x204081u & 0x01010101u) << 4u;
+}
+
+/// Q5_0 at byte o: d·(Σ q·x - 16·Σx), q = nibble + 16·(bit of qh). Both halves of each quant
+/// word are read as low nibbles with their fifth bits above them (mv_x all LO_SCALE).
+fn mv_q5_0(o: u32, xsum: f32) -> f32 {
+    let base = o >> 2u;
+    let odd = (o & 2u) != 0u;
+    var wd: array<u32, 6>;
+    for (var i = 0u; i < 6u; i++) {
+        wd[i] = w[base + i];
+    }
+    let d = unpack2x16float(select(wd[0], wd[0] >> 16u, odd)).x;
+    let qh = mv_join(wd[0], wd[1], odd);
+    const MASK5 = vec4<u32>(0x1fu, 0x1f00u, 0x1f0000u, 0x1f000000u);
+    var acc = 0.0;
+    for (var i = 0u; i < 4u; i++) {
+        let q = mv_join(wd[i + 1u], wd[i + 2u], odd);
+        let lo = (q & 0x0f0f0f0fu) | mv_fifth_bits(qh >> (4u * i));
+        let hi = ((q >> 4u) & 0x0f0f0f0fu) | mv_fifth_bits(qh >> (16u + 4u * i));
+        acc += dot(vec4<f32>(vec4<u32>(lo) & MASK5), mv_x[i]) + dot(vec4<f32>(vec4<u32>(hi) & MASK5), mv_x[i + 4u]);
+    }
+    return d * (acc - 16.0 * xsum);
+}
+
+/// Q8_0 at byte o: d·Σ q·x.
+fn mv_q8_0(o: u32) -> f32 {
+    let base = o >> 2u;
+    let odd = (o & 2u) != 0u;
+    var wd: array<u32, 9>;
+    for (var i = 0u; i < 9u; i++) {
+        wd[i] = w[base + i];
+    }
+    let d = unpack2x16float(select(wd[0], wd[0] >> 16u, odd)).x;
+    var acc = 0.0;
+    for (var i = 0u; i < 8u; i++) {
+        acc += dot(vec4<f32>(unpack4xI8(mv_join(wd[i], wd[i + 1u], odd))), mv_x[i]);
+    }
+    return d * acc;
+}
+
+/// Q4_K's half g (0..3) of the 144-byte block at byte o: sub-blocks 2g (low nibbles of its 32
+/// quant bytes) and 2g + 1 (high nibbles), each d·scale·Σ q·x - dmin·min·Σx.
+fn mv_q4_k(o: u32, g: u32, xsum: vec2<f32>) -> f32 {
+    let base = o >> 2u;
+    let dm = unpack2x16float(w[base]);
+    // The 6-bit scales and minimums of sub-blocks 2g and 2g + 1 (ggml's get_scale_min_k4), as
+    // byte pairs: bytes 0-3 of the 12 hold scales 0-3, 4-7 minimums 0-3, and 8-11 the low
+    // four bits of scales and minimums 4-7, whose high two bits are those of bytes 0-7.
+    let sh = (2u * g & 3u) * 8u;
+    let a0 = w[base + 1u] >> sh;
+    let a1 = w[base + 2u] >> sh;
+    let a2 = w[base + 3u] >> sh;
+    let high = g >= 2u;
+    let sc = select(a0 & 0x3f3fu, (a2 & 0x0f0fu) | ((a0 >> 2u) & 0x3030u), high);
+    let mn = select(a1 & 0x3f3fu, ((a2 >> 4u) & 0x0f0fu) | ((a1 >> 2u) & 0x3030u), high);
+    var acc = vec2<f32>();
+    for (var i = 0u; i < 8u; i++) {
+        acc += mv_nibbles(w[base + 4u + 8u * g + i], i, i + 8u);
+    }
+    let scales = vec2<f32>(f32(sc & 0xffu), f32(sc >> 8u));
+    let mins = vec2<f32>(f32(mn & 0xffu), f32(mn >> 8u));
+    return dm.x * dot(scales, acc) - dm.y * dot(mins, xsum);
+}
+
+/// Unit u of the four rows starting at bytes `rows`.
+fn mv_unit(rows: vec4<u32>, u: u32) -> vec4<f32> {
+    var r = vec4<f32>();
+    switch DTYPE {
+        case TYPE_Q4_K: {
+            let xsum = mv_load_x(u * 64u, 16u);
+            mv_prescale_nibbles(16u);
+            for (var j = 0u; j < MV_ROWS; j++) {
+                r[j] = mv_q4_k(rows[j] + u / 4u * 144u, u % 4u, xsum);
+            }
+        }
+        case TYPE_Q4_0: {
+            let xsum = mv_load_x(u * 32u, 8u);
+            mv_prescale_nibbles(8u);
+            for (var j = 0u; j < MV_ROWS; j++) {
+                r[j] = mv_q4_0(rows[j] + u * 18u, xsum.x + xsum.y);
+            }
+        }
+        case TYPE_Q4_1: {
+            let xsum = mv_load_x(u * 32u, 8u);
+            mv_prescale_nibbles(8u);
+            for (var j = 0u; j < MV_ROWS; j++) {
+                r[j] = mv_q4_1(rows[j] + u * 20u, xsum.x + xsum.y);
+            }
+        }
+        case TYPE_Q5_0: {
+            let xsum = mv_load_x(u * 32u, 8u);
+            for (var v = 0u; v < 8u; v++) {
+                mv_x[v] *= LO_SCALE;
+            }
+            for (var j = 0u; j < MV_ROWS; j++) {
+                r[j] = mv_q5_0(rows[j] + u * 22u, xsum.x + xsum.y);
+            }
+        }
+        case TYPE_Q8_0, default: {
+            mv_load_x(u * 32u, 8u);
+            for (var j = 0u; j < MV_ROWS; j++) {
+                r[j] = mv_q8_0(rows[j] + u * 34u);
+            }
+        }
+    }
+    return r;
+}
+
+/// Group g's total of entry e (row e, or MV_ROWS: the sum of squares).
+fn mv_total(e: u32, g: u32) -> f32 {
+    var t = 0.0;
+    for (var j = 0u; j < BLOCK_LANES; j++) {
+        t += mv_sums[e * MV_WG + g * BLOCK_LANES + j];
+    }
+    return t;
+}
+
+@compute @workgroup_size(MV_WG)
+fn matvec_blocks(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let per = outputs_per_block(MV_ROWS);
+    let first = linear_group(wid, nwg) * (MV_WG / BLOCK_LANES) * per;
+    if (first >= output_rows()) {
+        return; // the whole workgroup: first is uniform
+    }
+    let g = lid / BLOCK_LANES;
+    let lane = lid % BLOCK_LANES;
+    let r0 = first + g * per; // past the end, rows are clamped (weight_row) and nothing is stored
+    let rb = row_bytes(K);
+    var rows = vec4<u32>();
+    for (var j = 0u; j < MV_ROWS; j++) {
+        rows[j] = weight_row(r0, j, MV_ROWS) * rb;
+    }
+    let unit = select(32u, 64u, DTYPE == TYPE_Q4_K);
+    mv_sum_sq = 0.0;
+    var acc = vec4<f32>();
+    for (var u = lane; u < K / unit; u += BLOCK_LANES) {
+        acc += mv_unit(rows, u);
+    }
+    for (var j = 0u; j < MV_ROWS; j++) {
+        mv_sums[j * MV_WG + lid] = acc[j];
+    }
+    mv_sums[MV_ROWS * MV_WG + lid] = mv_sum_sq;
+    workgroupBarrier();
+    let scale = inv_rms(mv_total(MV_ROWS, g));
+    if (ATTN_IN) {
+        // Lane p stores rows 2p, 2p + 1: a RoPE pair.
+        let j = 2u * lane;
+        if (lane < MV_ROWS / 2u && r0 + j < part.rows) {
+            store_attention_pair(0u, r0 + j, vec2<f32>(mv_total(j, g), mv_total(j + 1u, g)) * scale);
+        }
+        return;
+    }
+    if (lane < per) {
+        let sum = mv_total(lane, g) * scale;
+        if (GATED && r0 + lane < N) {
+            store(0u, r0 + lane, act(sum) * (mv_total(lane + per, g) * scale));
+        } else if (!GATED && r0 + lane < part.rows) {
+            store(0u, r0 + lane, sum);
+        }
+    }
+}
