@@ -1,19 +1,20 @@
 // One-token decode products specialised per block type (gpu/ops/matmul.rs `BlockLanes`), for
-// Q4_0, Q4_1, Q5_0, Q8_0 and Q4_K; matvec_wide serves the other types and steps of 2-4 tokens.
+// Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q5_K and Q6_K; matvec_wide serves the other types and steps of
+// 2-4 tokens.
 //
 // A workgroup is MV_WG / BLOCK_LANES groups of BLOCK_LANES lanes; a group computes MV_ROWS weight
-// rows. Its lanes split the rows' units (a 32-weight block, or a Q4_K 64-weight half of a
-// sub-block pair): lane j takes units j, j + BLOCK_LANES, ..., so adjacent lanes read adjacent
+// rows. Its lanes split the rows' units (a 32-weight block; 64 weights of a 256-weight block:
+// a Q4_K/Q5_K sub-block pair, a Q6_K quarter): lane j takes units j, j + BLOCK_LANES, ..., so adjacent lanes read adjacent
 // blocks. Per unit a lane loads the activations once for its four rows and, per row, the block's
 // scale once and its quants as whole words. Nibbles are not shifted out: a mask leaves nibble c
-// of a word as q·16^c, and the activation it multiplies was pre-scaled by 16^-c (as llama.cpp's
+// of a word as q·256^c, and the activation it multiplies was pre-scaled by 256^-c (as llama.cpp's
 // Metal kernels do), so a weight costs a mask, a conversion and an FMA; offsets and minimums
 // multiply the unit's activation sum once. The group's sums (four rows and, with NORM, the sum of
 // squares) are added in workgroup memory behind one barrier by the lanes that store them.
 //
-// Blocks of 18, 22 and 34 bytes start at 2 mod 4 every other block (rows are whole words: the
-// host picks this kernel only then): such a block's fields are whole words, the other blocks'
-// fields are joined from the high half of one word and the low half of the next.
+// Blocks of 18, 22, 34 and 210 bytes start at 2 mod 4 every other block (rows are whole words:
+// the host picks this kernel only then): a field at 2 mod 4 is joined from the high half of one
+// word and the low half of the next.
 
 override BLOCK_LANES: u32 = 16u; // lanes per group: a power of two from 4 to 64 (gpu/ops/matmul.rs)
 
@@ -22,42 +23,45 @@ const MV_ROWS: u32 = 4u; // weight rows per group (gpu/ops/matmul.rs MV_ROWS)
 // Per lane: MV_ROWS sums, then the sum of squares (NORM). 1.25 KiB.
 var<workgroup> mv_sums: array<f32, (MV_ROWS + 1u) * MV_WG>;
 
-// Nibble c of each byte lane of a word, in place: low nibbles are q·256^c, high ones q·16·256^c.
+// The low nibble of byte c of a word, in place: q·256^c, read against activations times 256^-c.
 const LO_MASK = vec4<u32>(0xfu, 0xf00u, 0xf0000u, 0xf000000u);
-const HI_MASK = vec4<u32>(0xf0u, 0xf000u, 0xf00000u, 0xf0000000u);
 const LO_SCALE = vec4<f32>(1.0, 1.0 / 256.0, 1.0 / 65536.0, 1.0 / 16777216.0);
-const HI_SCALE = vec4<f32>(1.0 / 16.0, 1.0 / 4096.0, 1.0 / 1048576.0, 1.0 / 268435456.0);
 
 // The unit's activations (times norm_w with NORM): mv_x[v] holds columns k0 + 4v .. k0 + 4v + 3.
 var<private> mv_x: array<vec4<f32>, 16>;
 var<private> mv_sum_sq: f32;
 
-/// Loads the unit's `n` vec4s of activations at column k0 into mv_x, adds their squares to
-/// mv_sum_sq, and returns the sums of its two halves (for offsets and minimums).
+/// Activations k .. k + 3, times norm_w with NORM; their squares added to mv_sum_sq.
+fn mv_x4(k: u32) -> vec4<f32> {
+    let raw = x4_raw(k);
+    if (NORM) {
+        mv_sum_sq += dot(raw, raw);
+    }
+    return raw * norm4(k);
+}
+
+/// Loads the unit's `n` vec4s of activations at column k0 into mv_x, times LO_SCALE for the
+/// packed types (all but Q8_0), and returns the sums of its two halves (for offsets and minimums).
 fn mv_load_x(k0: u32, n: u32) -> vec2<f32> {
     var sums = vec2<f32>();
     for (var v = 0u; v < n; v++) {
-        let raw = x4_raw(k0 + 4u * v);
-        if (NORM) {
-            mv_sum_sq += dot(raw, raw);
-        }
-        mv_x[v] = raw * norm4(k0 + 4u * v);
-        sums[v / (n / 2u)] += dot(mv_x[v], vec4<f32>(1.0));
+        let xv = mv_x4(k0 + 4u * v);
+        sums[v / (n / 2u)] += dot(xv, vec4<f32>(1.0));
+        mv_x[v] = select(xv * LO_SCALE, xv, DTYPE == TYPE_Q8_0);
     }
     return sums;
 }
 
-/// Scales mv_x's first half for low nibbles and its second for high ones.
-fn mv_prescale_nibbles(n: u32) {
-    for (var v = 0u; v < n; v++) {
-        mv_x[v] *= select(HI_SCALE, LO_SCALE, v < n / 2u);
-    }
+/// Lanes below 2^31 as f32: a signed conversion, one instruction on every target (an unsigned
+/// one is several on x86 without AVX-512, which CPU adapters run).
+fn mv_f32(v: vec4<u32>) -> vec4<f32> {
+    return vec4<f32>(bitcast<vec4<i32>>(v));
 }
 
 /// Σ q·x over one word of nibbles: its low nibbles against mv_x[lo], its high ones against mv_x[hi].
 fn mv_nibbles(q: u32, lo: u32, hi: u32) -> vec2<f32> {
     let v = vec4<u32>(q);
-    return vec2<f32>(dot(vec4<f32>(v & LO_MASK), mv_x[lo]), dot(vec4<f32>(v & HI_MASK), mv_x[hi]));
+    return vec2<f32>(dot(mv_f32(v & LO_MASK), mv_x[lo]), dot(mv_f32((v >> vec4<u32>(4u)) & LO_MASK), mv_x[hi]));
 }
 
 /// The word at byte 2 + 4i of words `lo`, `hi` read at a block start: whole word `hi` when the
@@ -116,7 +120,7 @@ fn mv_q5_0(o: u32, xsum: f32) -> f32 {
         let q = mv_join(wd[i + 1u], wd[i + 2u], odd);
         let lo = (q & 0x0f0f0f0fu) | mv_fifth_bits(qh >> (4u * i));
         let hi = ((q >> 4u) & 0x0f0f0f0fu) | mv_fifth_bits(qh >> (16u + 4u * i));
-        acc += dot(vec4<f32>(vec4<u32>(lo) & MASK5), mv_x[i]) + dot(vec4<f32>(vec4<u32>(hi) & MASK5), mv_x[i + 4u]);
+        acc += dot(mv_f32(vec4<u32>(lo) & MASK5), mv_x[i]) + dot(mv_f32(vec4<u32>(hi) & MASK5), mv_x[i + 4u]);
     }
     return d * (acc - 16.0 * xsum);
 }
@@ -142,23 +146,81 @@ fn mv_q8_0(o: u32) -> f32 {
 fn mv_q4_k(o: u32, g: u32, xsum: vec2<f32>) -> f32 {
     let base = o >> 2u;
     let dm = unpack2x16float(w[base]);
-    // The 6-bit scales and minimums of sub-blocks 2g and 2g + 1 (ggml's get_scale_min_k4), as
-    // byte pairs: bytes 0-3 of the 12 hold scales 0-3, 4-7 minimums 0-3, and 8-11 the low
-    // four bits of scales and minimums 4-7, whose high two bits are those of bytes 0-7.
-    let sh = (2u * g & 3u) * 8u;
-    let a0 = w[base + 1u] >> sh;
-    let a1 = w[base + 2u] >> sh;
-    let a2 = w[base + 3u] >> sh;
-    let high = g >= 2u;
-    let sc = select(a0 & 0x3f3fu, (a2 & 0x0f0fu) | ((a0 >> 2u) & 0x3030u), high);
-    let mn = select(a1 & 0x3f3fu, ((a2 >> 4u) & 0x0f0fu) | ((a1 >> 2u) & 0x3030u), high);
+    let sm = mv_k_scales(base + 1u, g);
     var acc = vec2<f32>();
     for (var i = 0u; i < 8u; i++) {
         acc += mv_nibbles(w[base + 4u + 8u * g + i], i, i + 8u);
     }
-    let scales = vec2<f32>(f32(sc & 0xffu), f32(sc >> 8u));
-    let mins = vec2<f32>(f32(mn & 0xffu), f32(mn >> 8u));
-    return dm.x * dot(scales, acc) - dm.y * dot(mins, xsum);
+    return dm.x * dot(sm[0], acc) - dm.y * dot(sm[1], xsum);
+}
+
+/// The four words at byte a (even) of the weights.
+fn mv_words4(a: u32) -> vec4<u32> {
+    let base = a >> 2u;
+    let lo = vec4<u32>(w[base], w[base + 1u], w[base + 2u], w[base + 3u]);
+    let hi = vec4<u32>(lo.yzw, w[base + 4u]);
+    return select((lo >> vec4<u32>(16u)) | (hi << vec4<u32>(16u)), lo, (a & 2u) == 0u);
+}
+
+/// Fifth bits `fifth` (bit 0 of each byte) above the nibbles `nib`, read as 5-bit lanes against
+/// mv_x[v] (LO_SCALE).
+fn mv_dot5(nib: u32, fifth: u32, v: u32) -> f32 {
+    const MASK5 = vec4<u32>(0x1fu, 0x1f00u, 0x1f0000u, 0x1f000000u);
+    return dot(mv_f32(vec4<u32>(nib | ((fifth & 0x01010101u) << 4u)) & MASK5), mv_x[v]);
+}
+
+/// Q4_K's and Q5_K's (scale, minimum) pairs of sub-blocks 2g and 2g + 1 from the 12 bytes at
+/// word `at` (ggml's get_scale_min_k4), as (scales, minimums): bytes 0-3 of the 12 hold scales
+/// 0-3, 4-7 minimums 0-3, and 8-11 the low four bits of scales and minimums 4-7, whose high
+/// two bits are those of bytes 0-7.
+fn mv_k_scales(at: u32, g: u32) -> mat2x2<f32> {
+    let sh = (2u * g & 3u) * 8u;
+    let a0 = w[at] >> sh;
+    let a1 = w[at + 1u] >> sh;
+    let a2 = w[at + 2u] >> sh;
+    let high = g >= 2u;
+    let sc = select(a0 & 0x3f3fu, (a2 & 0x0f0fu) | ((a0 >> 2u) & 0x3030u), high);
+    let mn = select(a1 & 0x3f3fu, ((a2 >> 4u) & 0x0f0fu) | ((a1 >> 2u) & 0x3030u), high);
+    return mat2x2<f32>(f32(sc & 0xffu), f32(sc >> 8u), f32(mn & 0xffu), f32(mn >> 8u));
+}
+
+/// Q5_K's half g (0..3) of the 176-byte block at byte o: Q4_K's sub-blocks with fifth bits,
+/// bit s of qh byte l for weight l of sub-block s (mv_x all LO_SCALE).
+fn mv_q5_k(o: u32, g: u32, xsum: vec2<f32>) -> f32 {
+    let base = o >> 2u;
+    let dm = unpack2x16float(w[base]);
+    let sm = mv_k_scales(base + 1u, g);
+    var acc = vec2<f32>();
+    for (var i = 0u; i < 8u; i++) {
+        let q = w[base + 12u + 8u * g + i];
+        let qh = w[base + 4u + i] >> (2u * g);
+        acc += vec2<f32>(mv_dot5(q & 0x0f0f0f0fu, qh, i), mv_dot5((q >> 4u) & 0x0f0f0f0fu, qh >> 1u, i + 8u));
+    }
+    return dm.x * dot(sm[0], acc) - dm.y * dot(sm[1], xsum);
+}
+
+/// Q6_K's quarter (h, lq) of the 210-byte block at byte o: in half h, weights 32i + 16lq + m
+/// (i, segment, 0..3; m 0..15) are ql nibbles (low for i < 2) of bytes 64h + 32(i % 2) + 16lq + m
+/// with bits 2i, 2i + 1 of qh byte 32h + 16lq + m above them, minus 32, times d·scales[8h + 2i
+/// + lq]. mv_x[4i + m / 4] holds segment i's activations (LO_SCALE), xsum their sums.
+fn mv_q6_k(o: u32, h: u32, lq: u32, xsum: vec4<f32>) -> f32 {
+    let ql = array<vec4<u32>, 2>(mv_words4(o + 64u * h + 16u * lq), mv_words4(o + 64u * h + 32u + 16u * lq));
+    let qh = mv_words4(o + 128u + 32u * h + 16u * lq);
+    let sc = mv_words4(o + 192u + 8u * h).xy;
+    let d = unpack2x16float(w[(o + 208u) >> 2u] >> ((o + 208u) & 2u) * 8u).x;
+    const MASK6 = vec4<u32>(0x3fu, 0x3f00u, 0x3f0000u, 0x3f000000u);
+    var acc = vec4<f32>();
+    for (var i = 0u; i < 4u; i++) {
+        for (var m = 0u; m < 4u; m++) {
+            let nib = (ql[i % 2u][m] >> (4u * (i / 2u))) & 0x0f0f0f0fu;
+            let q = nib | (((qh[m] >> (2u * i)) & 0x03030303u) << 4u);
+            acc[i] += dot(mv_f32(vec4<u32>(q) & MASK6), mv_x[4u * i + m]);
+        }
+    }
+    let s01 = unpack4xI8(sc.x);
+    let s23 = unpack4xI8(sc.y);
+    let scales = vec4<f32>(vec4<i32>(s01[lq], s01[lq + 2u], s23[lq], s23[lq + 2u]));
+    return d * dot(scales, acc - 32.0 * xsum);
 }
 
 /// Unit u of the four rows starting at bytes `rows`.
@@ -167,30 +229,45 @@ fn mv_unit(rows: vec4<u32>, u: u32) -> vec4<f32> {
     switch DTYPE {
         case TYPE_Q4_K: {
             let xsum = mv_load_x(u * 64u, 16u);
-            mv_prescale_nibbles(16u);
             for (var j = 0u; j < MV_ROWS; j++) {
                 r[j] = mv_q4_k(rows[j] + u / 4u * 144u, u % 4u, xsum);
             }
         }
+        case TYPE_Q5_K: {
+            let xsum = mv_load_x(u * 64u, 16u);
+            for (var j = 0u; j < MV_ROWS; j++) {
+                r[j] = mv_q5_k(rows[j] + u / 4u * 176u, u % 4u, xsum);
+            }
+        }
+        case TYPE_Q6_K: {
+            // Quarter u % 4 of block u / 4: half h = u % 4 / 2, lq = u % 2.
+            let h = u % 4u / 2u;
+            let lq = u % 2u;
+            let k0 = u / 4u * 256u + 128u * h + 16u * lq;
+            var xsum = vec4<f32>();
+            for (var v = 0u; v < 16u; v++) {
+                mv_x[v] = mv_x4(k0 + 32u * (v / 4u) + 4u * (v % 4u));
+                xsum[v / 4u] += dot(mv_x[v], vec4<f32>(1.0));
+                mv_x[v] *= LO_SCALE;
+            }
+            for (var j = 0u; j < MV_ROWS; j++) {
+                r[j] = mv_q6_k(rows[j] + u / 4u * 210u, h, lq, xsum);
+            }
+        }
         case TYPE_Q4_0: {
             let xsum = mv_load_x(u * 32u, 8u);
-            mv_prescale_nibbles(8u);
             for (var j = 0u; j < MV_ROWS; j++) {
                 r[j] = mv_q4_0(rows[j] + u * 18u, xsum.x + xsum.y);
             }
         }
         case TYPE_Q4_1: {
             let xsum = mv_load_x(u * 32u, 8u);
-            mv_prescale_nibbles(8u);
             for (var j = 0u; j < MV_ROWS; j++) {
                 r[j] = mv_q4_1(rows[j] + u * 20u, xsum.x + xsum.y);
             }
         }
         case TYPE_Q5_0: {
             let xsum = mv_load_x(u * 32u, 8u);
-            for (var v = 0u; v < 8u; v++) {
-                mv_x[v] *= LO_SCALE;
-            }
             for (var j = 0u; j < MV_ROWS; j++) {
                 r[j] = mv_q5_0(rows[j] + u * 22u, xsum.x + xsum.y);
             }
@@ -229,7 +306,7 @@ fn matvec_blocks(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups)
     for (var j = 0u; j < MV_ROWS; j++) {
         rows[j] = weight_row(r0, j, MV_ROWS) * rb;
     }
-    let unit = select(32u, 64u, DTYPE == TYPE_Q4_K);
+    let unit = select(32u, 64u, DTYPE == TYPE_Q4_K || DTYPE == TYPE_Q5_K || DTYPE == TYPE_Q6_K);
     mv_sum_sq = 0.0;
     var acc = vec4<f32>();
     for (var u = lane; u < K / unit; u += BLOCK_LANES) {

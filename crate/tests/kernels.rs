@@ -164,12 +164,14 @@ fn one_token_products_per_block_type() {
     // than others), rows past the last workgroup's, accumulation, weights in parts.
     let mut rng = SplitMix64(13);
     let gpu = gpu(LimitsPolicy::Adapter);
-    for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q8_0, GgmlType::Q4_K] {
-        for (k, accumulate) in [(fit_k(ty, 128), false), (fit_k(ty, 576), true), (fit_k(ty, 2560), false)] {
+    for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K] {
+        // An even number of blocks: rows of whole words.
+        let fit = |k: usize| k.next_multiple_of(2 * ty.block_len());
+        for (k, accumulate) in [(fit(128), false), (fit(576), true), (fit(2560), false)] {
             assert!(BlockLanes::for_weight(ty, k).is_some(), "{ty:?} K={k} is not read by matvec_blocks");
             check_matmul(gpu, &mut rng, MatmulShape::WIDE, ty, 1, k, 75, None, accumulate);
         }
-        let k = fit_k(ty, 512);
+        let k = fit(512);
         let row = ty.row_bytes(k).unwrap() as u64;
         check_matmul(gpu, &mut rng, MatmulShape::WIDE, ty, 1, k, 64, Some(21 * row), true);
     }

@@ -78,7 +78,8 @@ pub struct Matmul {
 }
 
 /// `matvec_blocks`'s lanes per row group (matvec_blocks.wgsl BLOCK_LANES) for a weight of `ty`
-/// with rows of `k`: as many as the row has units (blocks; Q4_K halves of sub-block pairs), a
+/// with rows of `k`: as many as the row has units (32-weight blocks; 64-weight quarters of
+/// 256-weight blocks), a
 /// power of two from 4 to 32, so a short row is still split over many lanes. None for the types
 /// it has no loop for, and for rows that are not whole words (an odd number of 18-, 22- or
 /// 34-byte blocks), which matvec_wide reads.
@@ -89,7 +90,7 @@ impl BlockLanes {
     pub fn for_weight(ty: GgmlType, k: usize) -> Option<Self> {
         let unit = match ty {
             GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q8_0 => 32,
-            GgmlType::Q4_K => 64,
+            GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => 64,
             _ => return None,
         };
         if k % unit != 0 || ty.row_bytes(k).is_none_or(|b| b % 4 != 0) {
