@@ -16,12 +16,17 @@
 // the host picks this kernel only then): a field at 2 mod 4 is joined from the high half of one
 // word and the low half of the next.
 
-override BLOCK_LANES: u32 = 16u; // lanes per group: a power of two from 4 to 64 (gpu/ops/matmul.rs)
+override BLOCK_LANES: u32 = 16u; // lanes per group: a power of two from 4 to 256 (gpu/ops/matmul.rs BlockLanes)
+override MV_WG: u32 = 64u;       // lanes per workgroup: 64, or BLOCK_LANES when more
 
-const MV_WG: u32 = 64u;  // gpu/ops/matmul.rs MV_WG
-const MV_ROWS: u32 = 4u; // weight rows per group (gpu/ops/matmul.rs MV_ROWS)
-// Per lane: MV_ROWS sums, then the sum of squares (NORM). 1.25 KiB.
-var<workgroup> mv_sums: array<f32, (MV_ROWS + 1u) * MV_WG>;
+const MV_ROWS: u32 = 4u;     // weight rows per group (gpu/ops/matmul.rs MV_ROWS)
+const MV_MAX_WG: u32 = 256u;
+// Per lane: MV_ROWS sums, then the sum of squares (NORM). 5 KiB.
+var<workgroup> mv_sums: array<f32, (MV_ROWS + 1u) * MV_MAX_WG>;
+
+// One token's activations and the norm weights, read four at a time (K is a multiple of 32).
+@group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;      // (1, K / 4)
+@group(0) @binding(5) var<storage, read> norm_w: array<vec4<f32>>; // (K / 4) with NORM, else unused
 
 // The low nibble of byte c of a word, in place: q·256^c, read against activations times 256^-c.
 const LO_MASK = vec4<u32>(0xfu, 0xf00u, 0xf0000u, 0xf000000u);
@@ -33,11 +38,12 @@ var<private> mv_sum_sq: f32;
 
 /// Activations k .. k + 3, times norm_w with NORM; their squares added to mv_sum_sq.
 fn mv_x4(k: u32) -> vec4<f32> {
-    let raw = x4_raw(k);
+    let raw = x[k / 4u];
     if (NORM) {
         mv_sum_sq += dot(raw, raw);
+        return raw * norm_w[k / 4u];
     }
-    return raw * norm4(k);
+    return raw;
 }
 
 /// Loads the unit's `n` vec4s of activations at column k0 into mv_x, times LO_SCALE for the
@@ -60,8 +66,7 @@ fn mv_f32(v: vec4<u32>) -> vec4<f32> {
 
 /// Σ q·x over one word of nibbles: its low nibbles against mv_x[lo], its high ones against mv_x[hi].
 fn mv_nibbles(q: u32, lo: u32, hi: u32) -> vec2<f32> {
-    let v = vec4<u32>(q);
-    return vec2<f32>(dot(mv_f32(v & LO_MASK), mv_x[lo]), dot(mv_f32((v >> vec4<u32>(4u)) & LO_MASK), mv_x[hi]));
+    return vec2<f32>(dot(mv_f32(vec4<u32>(q) & LO_MASK), mv_x[lo]), dot(mv_f32(vec4<u32>(q >> 4u) & LO_MASK), mv_x[hi]));
 }
 
 /// The word at byte 2 + 4i of words `lo`, `hi` read at a block start: whole word `hi` when the

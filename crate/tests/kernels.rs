@@ -160,14 +160,15 @@ fn matmul_every_type_and_shape() {
 
 #[test]
 fn one_token_products_per_block_type() {
-    // matvec_blocks: rows of 4 to 80 units (4 to 32 lanes a row, some lanes taking one unit more
-    // than others), rows past the last workgroup's, accumulation, weights in parts.
+    // matvec_blocks: rows of 4 to 256 units (4 to 256 lanes a row, some lanes taking one unit
+    // more than others; workgroups of 64 lanes or of one group), rows past the last workgroup's,
+    // accumulation, weights in parts.
     let mut rng = SplitMix64(13);
     let gpu = gpu(LimitsPolicy::Adapter);
     for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K] {
         // An even number of blocks: rows of whole words.
         let fit = |k: usize| k.next_multiple_of(2 * ty.block_len());
-        for (k, accumulate) in [(fit(128), false), (fit(576), true), (fit(2560), false)] {
+        for (k, accumulate) in [(fit(128), false), (fit(576), true), (fit(2560), false), (fit(8192), true)] {
             assert!(BlockLanes::for_weight(ty, k).is_some(), "{ty:?} K={k} is not read by matvec_blocks");
             check_matmul(gpu, &mut rng, MatmulShape::WIDE, ty, 1, k, 75, None, accumulate);
         }
@@ -438,7 +439,7 @@ fn assert_elementwise(what: &str, got: &[f32], want: &[f32], rel: f32, abs: f32)
 fn every_wgsl_file_validates() {
     use wgpu::naga;
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../shaders-wgsl");
-    let shared = ["common.wgsl", "blocks.wgsl", "banned.wgsl", "rope.wgsl", "act.wgsl", "tile_f32.wgsl", "tile_f16.wgsl", "matvec_subgroup.wgsl", "matvec_blocks.wgsl"];
+    let shared = ["common.wgsl", "blocks.wgsl", "banned.wgsl", "rope.wgsl", "act.wgsl", "tile_f32.wgsl", "tile_f16.wgsl", "matvec_subgroup.wgsl", "matmul_io.wgsl"];
     for entry in std::fs::read_dir(dir).unwrap() {
         let name = entry.unwrap().file_name().into_string().unwrap();
         assert!(shared.contains(&name.as_str()) || KERNELS.iter().any(|(f, _)| *f == name), "{name} has no dispatcher in gpu::ops::KERNELS");

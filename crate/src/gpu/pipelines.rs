@@ -16,6 +16,8 @@ pub enum OpKind {
     MatmulF16,
     /// matmul.wgsl with matvec_subgroup.wgsl (subgroup operations).
     MatmulSubgroup,
+    /// matvec_blocks.wgsl: one-token products per block type.
+    MatvecBlocks,
     KvQuant,
     QkNorm,
     AttentionPaged,

@@ -8,15 +8,18 @@ use crate::gpu::{Gpu, GpuWeight, WeightPart};
 
 pub const KERNEL: Kernel = Kernel {
     op: OpKind::Matmul,
-    source: wgsl!("matmul.wgsl", "tile_f32.wgsl", "blocks.wgsl", "matvec_blocks.wgsl", "rope.wgsl", "act.wgsl"),
+    source: wgsl!("matmul.wgsl", "matmul_io.wgsl", "tile_f32.wgsl", "blocks.wgsl", "rope.wgsl", "act.wgsl"),
     slots: &[Slot::Uniform, Slot::Uniform, Slot::Read, Slot::Read, Slot::ReadWrite, Slot::Read, Slot::Read, Slot::ReadWrite, Slot::ReadWrite, Slot::Uniform, Slot::Read],
 };
 
 /// The same kernels with `matmul_tiled`'s tiles in f16, for adapters with shader-f16.
-pub const KERNEL_F16: Kernel = Kernel { op: OpKind::MatmulF16, source: wgsl!(enable f16; "matmul.wgsl", "tile_f16.wgsl", "blocks.wgsl", "matvec_blocks.wgsl", "rope.wgsl", "act.wgsl"), slots: KERNEL.slots };
+pub const KERNEL_F16: Kernel = Kernel { op: OpKind::MatmulF16, source: wgsl!(enable f16; "matmul.wgsl", "matmul_io.wgsl", "tile_f16.wgsl", "blocks.wgsl", "rope.wgsl", "act.wgsl"), slots: KERNEL.slots };
 
 /// The same kernels and `matvec_subgroup`, for native adapters with subgroup operations.
-pub const KERNEL_SUBGROUP: Kernel = Kernel { op: OpKind::MatmulSubgroup, source: wgsl!("matmul.wgsl", "tile_f32.wgsl", "blocks.wgsl", "matvec_blocks.wgsl", "matvec_subgroup.wgsl", "rope.wgsl", "act.wgsl"), slots: KERNEL.slots };
+pub const KERNEL_SUBGROUP: Kernel = Kernel { op: OpKind::MatmulSubgroup, source: wgsl!("matmul.wgsl", "matmul_io.wgsl", "tile_f32.wgsl", "blocks.wgsl", "matvec_subgroup.wgsl", "rope.wgsl", "act.wgsl"), slots: KERNEL.slots };
+
+/// One-token products per block type (`BlockLanes`), with matmul.wgsl's bindings and epilogues.
+pub const KERNEL_BLOCKS: Kernel = Kernel { op: OpKind::MatvecBlocks, source: wgsl!("matvec_blocks.wgsl", "matmul_io.wgsl", "blocks.wgsl", "rope.wgsl", "act.wgsl"), slots: KERNEL.slots };
 
 /// Steps of at most this many tokens use the one-token-per-thread pipeline.
 pub const MATVEC_MAX_T: u32 = 4;
@@ -32,8 +35,8 @@ const ROWS_PER_THREAD: u32 = 8;
 const WG: u32 = 16;
 /// `matvec_wide`: lanes per workgroup and rows per workgroup (matmul.wgsl WIDE_WG, WIDE_ROWS).
 const WIDE_ROWS: u32 = 4;
-/// `matvec_blocks`: lanes per workgroup and weight rows per lane group (matvec_blocks.wgsl
-/// MV_WG, MV_ROWS).
+/// `matvec_blocks`: the fewest lanes per workgroup, and weight rows per lane group
+/// (matvec_blocks.wgsl MV_WG, MV_ROWS).
 const MV_WG: u32 = 64;
 const MV_ROWS: u32 = 4;
 /// `matmul_tiled`: weight rows and tokens per workgroup (matmul.wgsl TILE_ROWS, TILE_TOKENS).
@@ -79,8 +82,8 @@ pub struct Matmul {
 
 /// `matvec_blocks`'s lanes per row group (matvec_blocks.wgsl BLOCK_LANES) for a weight of `ty`
 /// with rows of `k`: as many as the row has units (32-weight blocks; 64-weight quarters of
-/// 256-weight blocks), a
-/// power of two from 4 to 32, so a short row is still split over many lanes. None for the types
+/// 256-weight blocks), a power of two from 4 to 256, so that a lane walks one or two units
+/// and a token's product is spread over as many lanes as it has units. None for the types
 /// it has no loop for, and for rows that are not whole words (an odd number of 18-, 22- or
 /// 34-byte blocks), which matvec_wide reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,12 +100,17 @@ impl BlockLanes {
             return None;
         }
         let units = (k / unit) as u32;
-        Some(Self((1u32 << units.max(1).ilog2()).clamp(4, 32)))
+        Some(Self((1u32 << units.max(1).ilog2()).clamp(4, 256)))
+    }
+
+    /// Lanes per workgroup (matvec_blocks.wgsl MV_WG).
+    fn workgroup_lanes(self) -> u32 {
+        self.0.max(MV_WG)
     }
 
     /// Workgroups for `rows` weight rows.
     fn workgroups(self, rows: u32) -> u32 {
-        rows.div_ceil(MV_ROWS * (MV_WG / self.0))
+        rows.div_ceil(MV_ROWS * (self.workgroup_lanes() / self.0))
     }
 }
 
@@ -222,14 +230,14 @@ impl Matmul {
             Fused::AttentionInput(at) => Some(at),
             _ => None,
         };
-        // Each pipeline from the kernel (module) its entry point lives in.
-        let key = |kernel: &Kernel, entry, tokens: u32| {
+        // Each pipeline from the kernel (module) its entry point lives in; matmul_io.wgsl's
+        // constants, then the kernel's own.
+        let key = |kernel: &Kernel, entry| {
             PipelineKey::new(kernel.op, entry)
                 .with("DTYPE", ty.id())
                 .with("K", k as u32)
                 .with("N", if gated { n / 2 } else { n } as u32)
                 .with("ACCUMULATE", accumulate as u32)
-                .with("TOKENS", tokens)
                 .with("NORM", norm_eps.is_some() as u32)
                 .with("EPS", norm_eps.unwrap_or(1e-5))
                 .with("GATED", gated as u32)
@@ -244,7 +252,7 @@ impl Matmul {
                 .with("BIAS", at.is_some_and(|a| a.bias) as u32)
                 .with("QK_NORM", at.is_some_and(|a| a.qk_norm) as u32)
         };
-        let pipeline = |kernel: &Kernel, entry, tokens: u32| gpu.pipeline(kernel, key(kernel, entry, tokens));
+        let pipeline = |kernel: &Kernel, entry, tokens: u32| gpu.pipeline(kernel, key(kernel, entry).with("TOKENS", tokens));
         let matvec = match shape {
             MatmulShape::Wide { subgroups: true, .. } => pipeline(&KERNEL_SUBGROUP, "matvec_subgroup", MATVEC_TOKENS),
             MatmulShape::Wide { subgroups: false, .. } => pipeline(&KERNEL, "matvec_wide", MATVEC_TOKENS),
@@ -252,8 +260,8 @@ impl Matmul {
         };
         let matvec1 = match shape {
             MatmulShape::Wide { .. } => BlockLanes::for_weight(ty, k).map(|lanes| {
-                let key = key(&KERNEL, "matvec_blocks", MATVEC_TOKENS).with("BLOCK_LANES", lanes.0);
-                (gpu.pipeline(&KERNEL, key), lanes)
+                let key = key(&KERNEL_BLOCKS, "matvec_blocks").with("BLOCK_LANES", lanes.0).with("MV_WG", lanes.workgroup_lanes());
+                (gpu.pipeline(&KERNEL_BLOCKS, key), lanes)
             }),
             MatmulShape::Rows => None,
         };

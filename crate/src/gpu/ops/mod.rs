@@ -80,6 +80,7 @@ pub const KERNELS: &[(&str, &Kernel)] = &[
     ("matmul.wgsl", &matmul::KERNEL),
     ("matmul.wgsl", &matmul::KERNEL_F16),
     ("matmul.wgsl", &matmul::KERNEL_SUBGROUP),
+    ("matvec_blocks.wgsl", &matmul::KERNEL_BLOCKS),
     ("qk_norm.wgsl", &qk_norm::KERNEL),
     ("rmsnorm.wgsl", &rmsnorm::KERNEL),
     ("glu.wgsl", &glu::KERNEL),
