@@ -11,7 +11,7 @@
 // the block's TB · G queries (its rows: a warm step's new tokens share each tile), update each
 // row's running max and sum (online softmax), load the values over the keys and accumulate. Each
 // split leaves its unnormalised output, max and sum in `scratch`. `lanes` computes the same
-// splits without workgroup memory, for CPU adapters.
+// splits without workgroup memory, for CPU adapters; `decode` those of a single token on GPUs.
 
 override H: u32;          // query heads
 override HKV: u32;        // KV heads (divides H, H / HKV <= MAX_G)
@@ -184,6 +184,112 @@ fn partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
         let at = ((t0 * H + (r / g_count) * H + kh * g_count + r % g_count) * split.splits + s) * stride + D;
         scratch[at] = run_max[r];
         scratch[at + 1u] = run_sum[r];
+    }
+}
+
+// ---- One token on GPUs: `decode` ----
+//
+// A decoded token's split of at most DEC_KEYS keys in two passes: each lane scores keys lid,
+// lid + WG, … for the G query heads of its KV head (straight from the cache, each key's words by
+// one lane) keeping its own maximum per head; every head's maximum comes from the lanes' in two
+// steps; each lane turns its own scores into probabilities; then lanes take output pairs and walk
+// the split's values (adjacent lanes adjacent words of a value row) and probabilities, adding the
+// probabilities as they go. Four barriers a split and the softmax on every lane, where `partial`
+// has four a tile of at most 32 keys and its softmax on G lanes. A token whose keys are one split
+// writes its output here: no `combine`.
+const DEC_KEYS: u32 = 128u; // gpu/ops/attention_paged.rs DECODE_SPLIT_KEYS
+
+// 4 KiB + 2 KiB + 256 B beside `qs`.
+var<workgroup> dec_p: array<f32, MAX_G * DEC_KEYS>; // [g][j] scores, then exp(score - max)
+var<workgroup> dec_lane_max: array<f32, MAX_G * WG>; // [g][lane] each lane's maximum
+var<workgroup> dec_max8: array<f32, MAX_G * 8u>;     // [g][i] the maximum of lanes 8i .. 8i + 7
+
+@compute @workgroup_size(WG)
+fn decode(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let s = wid.x;
+    let kh = wid.y;
+    let g_count = H / HKV;
+    let pos = params.start_pos;
+    let k_begin = max(split.first + s * split.keys_per_split, first_key(pos));
+    let k_end = min(split.first + (s + 1u) * split.keys_per_split, pos + 1u);
+    if (k_begin >= k_end) {
+        return; // uniform: a split past the token's keys, never read by the combine
+    }
+    let n = k_end - k_begin; // at most DEC_KEYS
+    let half_d = D / 2u;
+    for (var e = lid; e < g_count * half_d; e += WG) {
+        let qi = (kh * g_count + e / half_d) * D + 2u * (e % half_d);
+        qs[e] = vec2<f32>(q[qi], q[qi + 1u]) * SCALE;
+    }
+    workgroupBarrier();
+    var m = array<f32, MAX_G>();
+    for (var g = 0u; g < g_count; g++) {
+        m[g] = NEG_BIG;
+    }
+    for (var j = lid; j < n; j += WG) {
+        let at = cache_offset(k_begin + j, kh);
+        var sc = array<f32, MAX_G>();
+        for (var i = 0u; i < half_d; i++) {
+            let kv = unpack2x16float(k_cache[at + i]);
+            for (var g = 0u; g < g_count; g++) {
+                sc[g] += dot(kv, qs[g * half_d + i]);
+            }
+        }
+        for (var g = 0u; g < g_count; g++) {
+            dec_p[g * DEC_KEYS + j] = sc[g];
+            m[g] = max(m[g], sc[g]);
+        }
+    }
+    for (var g = 0u; g < g_count; g++) {
+        dec_lane_max[g * WG + lid] = m[g];
+    }
+    workgroupBarrier();
+    if (lid < g_count * 8u) {
+        var m8 = NEG_BIG;
+        for (var l = 0u; l < 8u; l++) {
+            m8 = max(m8, dec_lane_max[lid / 8u * WG + lid % 8u * 8u + l]);
+        }
+        dec_max8[lid] = m8;
+    }
+    workgroupBarrier();
+    for (var g = 0u; g < g_count; g++) {
+        m[g] = NEG_BIG;
+        for (var i = 0u; i < 8u; i++) {
+            m[g] = max(m[g], dec_max8[g * 8u + i]);
+        }
+    }
+    for (var j = lid; j < n; j += WG) {
+        for (var g = 0u; g < g_count; g++) {
+            dec_p[g * DEC_KEYS + j] = exp(dec_p[g * DEC_KEYS + j] - m[g]);
+        }
+    }
+    workgroupBarrier();
+    for (var u = 0u; u < OUT_PER_LANE; u++) {
+        let o = lid + u * WG;
+        if (o < g_count * half_d) {
+            let g = o / half_d;
+            let i = o % half_d;
+            var a = vec2<f32>();
+            var l = 0.0;
+            for (var j = 0u; j < n; j++) {
+                let p = dec_p[g * DEC_KEYS + j];
+                a += p * unpack2x16float(v_cache[cache_offset(k_begin + j, kh) + i]);
+                l += p;
+            }
+            let h = kh * g_count + g;
+            if (split.splits == 1u) {
+                out[h * D + 2u * i] = a.x / l;
+                out[h * D + 2u * i + 1u] = a.y / l;
+            } else {
+                let at = (h * split.splits + s) * (D + 2u);
+                scratch[at + 2u * i] = a.x;
+                scratch[at + 2u * i + 1u] = a.y;
+                if (i == 0u) {
+                    scratch[at + D] = m[g];
+                    scratch[at + D + 1u] = l;
+                }
+            }
+        }
     }
 }
 

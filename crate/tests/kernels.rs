@@ -684,9 +684,23 @@ fn check_windowed_attention(gpu: &Gpu, rng: &mut SplitMix64, shape: AttentionSha
 
 fn splits(plan: AttentionPlan) -> u32 {
     match plan {
-        AttentionPlan::Splits(split) => split.splits,
+        AttentionPlan::Splits(split) | AttentionPlan::Decode(split) => split.splits,
         AttentionPlan::Rows => 0,
     }
+}
+
+#[test]
+fn decoded_tokens_attention() {
+    // `decode`: one split (no combine) up to 128 keys, then splits of 32 to 128 keys up to 64 of
+    // them; past that `partial`. Groups of 1 to 8 query heads, heads of 32 to 256.
+    let mut rng = SplitMix64(22);
+    let gpu = gpu(LimitsPolicy::Adapter);
+    for (h, hkv, d, start, want_splits) in [(6, 2, 64, 127, 1), (8, 8, 32, 128, 5), (16, 2, 128, 700, 22), (4, 1, 256, 300, 10), (6, 2, 64, 5000, 64)] {
+        let plan = check_kv_and_attention(gpu, &mut rng, AttentionShape::Tiled, h, hkv, d, 16, start, 1, 64);
+        assert!(matches!(plan, AttentionPlan::Decode(s) if s.splits == want_splits), "{plan:?}, not {want_splits} splits");
+    }
+    let plan = check_kv_and_attention(gpu, &mut rng, AttentionShape::Tiled, 6, 2, 64, 16, 9000, 1, 64);
+    assert!(matches!(plan, AttentionPlan::Splits(_)), "{plan:?}");
 }
 
 #[test]
@@ -751,7 +765,7 @@ fn paged_attention_in_a_sliding_window() {
     // The split plan covers only the window: the keys before it are not split over.
     let op = AttentionPaged::new(gpu, Tiled, AttentionMask { window: Some(512), scale: 0.0625 }, 4, 1, 256, 16, 64);
     match op.plan(1, 4000) {
-        AttentionPlan::Splits(s) => assert!(s.first == 4000 + 1 - 512 && s.splits * s.keys_per_split >= 512 && (s.splits - 1) * s.keys_per_split < 512, "{s:?}"),
+        AttentionPlan::Splits(s) | AttentionPlan::Decode(s) => assert!(s.first == 4000 + 1 - 512 && s.splits * s.keys_per_split >= 512 && (s.splits - 1) * s.keys_per_split < 512, "{s:?}"),
         AttentionPlan::Rows => panic!("decode planned as rows"),
     }
 }

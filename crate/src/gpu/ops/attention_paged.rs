@@ -1,7 +1,7 @@
 //! Causal GQA attention over the paged f16 KV cache (attention_paged.wgsl), within a sliding
 //! window where the layer has one (its keys start at the window's first). Split over the keys:
-//! `partial` per (split, KV head, token), or `lanes` on CPU adapters, then `combine` per
-//! (head, token). On CPU adapters a step of several tokens runs as two products instead
+//! `partial` per (split, KV head, token), `decode` for a single token, or `lanes` on CPU
+//! adapters, then `combine` per (head, token) unless a decoded token's keys are one split. On CPU adapters a step of several tokens runs as two products instead
 //! (`rows_scores`, `rows_softmax`, `rows_pv`), its score matrix in the scratch buffer.
 
 use super::wgsl;
@@ -44,6 +44,12 @@ const TARGET_WORKGROUPS: u32 = 256;
 const MIN_TILES_PER_SPLIT: u32 = 2;
 /// Splits per (token, head) the scratch buffer has room for when a step is a single token.
 const SPLITS_AT_ONE_TOKEN: u32 = 64;
+/// `decode`: the most keys of a split (attention_paged.wgsl DEC_KEYS), and the fewest worth a
+/// workgroup when a token's keys are split to fill the GPU. A token with at most
+/// DECODE_SPLIT_KEYS keys is one split, with no `combine`; one with more than SPLITS_AT_ONE_TOKEN
+/// such splits runs `partial`.
+const DECODE_SPLIT_KEYS: u32 = 128;
+const MIN_DECODE_SPLIT_KEYS: u32 = 32;
 /// The CPU variant: lanes per workgroup (attention_paged.wgsl LANES), lanes a step should have
 /// (a few workgroups per CPU thread) and the fewest keys a lane walks.
 const LANES: u32 = 16;
@@ -83,6 +89,8 @@ pub struct SplitParams {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AttentionPlan {
     Splits(SplitParams),
+    /// A single token's splits by `decode`, `combine`d when there are several.
+    Decode(SplitParams),
     Rows,
 }
 
@@ -90,7 +98,7 @@ impl AttentionPlan {
     /// What the `split` uniform holds for this step (unread by the rows kernels).
     pub fn split_params(&self) -> SplitParams {
         match self {
-            Self::Splits(split) => *split,
+            Self::Splits(split) | Self::Decode(split) => *split,
             Self::Rows => SplitParams::default(),
         }
     }
@@ -98,6 +106,7 @@ impl AttentionPlan {
     pub fn dispatches(&self) -> u32 {
         match self {
             Self::Splits(_) => 2,
+            Self::Decode(split) => 1 + u32::from(split.splits > 1),
             Self::Rows => 3,
         }
     }
@@ -138,6 +147,8 @@ pub struct AttentionPaged {
     head_dim: u32,
     max_batch: u32,
     partial: wgpu::ComputePipeline,
+    /// Real GPUs: a single token's splits.
+    decode: Option<wgpu::ComputePipeline>,
     combine: wgpu::ComputePipeline,
     /// On CPU adapters, for head dimensions that are a multiple of 8.
     rows: Option<RowsKernels>,
@@ -182,6 +193,7 @@ impl AttentionPaged {
                 AttentionShape::Tiled => "partial",
                 AttentionShape::Lanes => "lanes",
             })),
+            decode: (shape == AttentionShape::Tiled).then(|| gpu.pipeline(&KERNEL, key("decode"))),
             combine: gpu.pipeline(&KERNEL, key("combine")),
             rows: rows.then(|| RowsKernels {
                 scratch_bytes: MAX_ROWS_SCRATCH_BYTES.min(gpu.limits.max_storage_buffer_binding_size),
@@ -215,6 +227,9 @@ impl AttentionPaged {
             return AttentionPlan::Rows;
         }
         let n_tokens = n_tokens.max(1);
+        if let Some(split) = self.decode_splits(n_tokens, start_pos) {
+            return AttentionPlan::Decode(split);
+        }
         let (unit, wanted, min_units) = match self.shape {
             AttentionShape::Tiled => {
                 let blocks = n_tokens.div_ceil(tokens_per_block(self.n_heads, self.n_kv_heads));
@@ -229,6 +244,24 @@ impl AttentionPaged {
         let splits = wanted.min(units.div_ceil(min_units)).min(room).max(1);
         let per_split = units.div_ceil(splits);
         AttentionPlan::Splits(SplitParams { keys_per_split: per_split * unit, splits: units.div_ceil(per_split), first, _pad: 0 })
+    }
+
+    /// A single token's keys for `decode`: one split up to DECODE_SPLIT_KEYS keys, else enough
+    /// splits of at least MIN_DECODE_SPLIT_KEYS to give the GPU TARGET_WORKGROUPS, each at most
+    /// DECODE_SPLIT_KEYS. None for several tokens, on CPU adapters, and past the scratch's room.
+    fn decode_splits(&self, n_tokens: u32, start_pos: u32) -> Option<SplitParams> {
+        if self.decode.is_none() || n_tokens != 1 {
+            return None;
+        }
+        let first = self.mask.first_key(start_pos as usize) as u32;
+        let keys = start_pos + 1 - first;
+        let fewest = keys.div_ceil(DECODE_SPLIT_KEYS);
+        if fewest > SPLITS_AT_ONE_TOKEN {
+            return None;
+        }
+        let splits = if fewest == 1 { 1 } else { fewest.max(TARGET_WORKGROUPS.div_ceil(self.n_kv_heads).min(keys.div_ceil(MIN_DECODE_SPLIT_KEYS))).min(SPLITS_AT_ONE_TOKEN) };
+        let per_split = keys.div_ceil(splits);
+        Some(SplitParams { keys_per_split: per_split, splits: keys.div_ceil(per_split), first, _pad: 0 })
     }
 
     /// Binds `step` (StepParams), `split` (SplitParams), `q` (T, H, D) f32, `page_table` (pages)
@@ -257,10 +290,20 @@ impl AttentionPaged {
             return;
         }
         pass.set_bind_group(0, &binding.group, &[]);
-        let plan = match (plan, &self.rows) {
-            (AttentionPlan::Splits(split), _) => split,
-            (AttentionPlan::Rows, Some(rows)) => return self.encode_rows(pass, rows, n_tokens, start_pos),
-            (AttentionPlan::Rows, None) => return, // `plan` never gives Rows without the kernels
+        let plan = match (plan, &self.rows, &self.decode) {
+            (AttentionPlan::Decode(split), _, Some(decode)) => {
+                pass.set_pipeline(decode);
+                pass.dispatch_workgroups(split.splits, self.n_kv_heads, 1);
+                if split.splits > 1 {
+                    pass.set_pipeline(&self.combine);
+                    pass.dispatch_workgroups(self.n_heads, 1, 1);
+                }
+                return;
+            }
+            (AttentionPlan::Decode(_), _, None) => return, // `plan` never gives Decode without the kernel
+            (AttentionPlan::Splits(split), _, _) => split,
+            (AttentionPlan::Rows, Some(rows), _) => return self.encode_rows(pass, rows, n_tokens, start_pos),
+            (AttentionPlan::Rows, None, _) => return, // `plan` never gives Rows without the kernels
         };
         pass.set_pipeline(&self.partial);
         match self.shape {
