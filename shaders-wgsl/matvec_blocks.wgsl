@@ -75,6 +75,12 @@ fn mv_join(lo: u32, hi: u32, odd: bool) -> u32 {
     return select((lo >> 16u) | (hi << 16u), hi, odd);
 }
 
+/// The f16 scale that starts a block whose first word is `w0`: its high half when the block
+/// starts at 2 mod 4 (`odd`).
+fn mv_scale(w0: u32, odd: bool) -> f32 {
+    return unpack2x16float(select(w0, w0 >> 16u, odd)).x;
+}
+
 /// Q4_0 at byte o: d·(Σ q·x - 8·Σx).
 fn mv_q4_0(o: u32, xsum: f32) -> f32 {
     let base = o >> 2u;
@@ -83,7 +89,7 @@ fn mv_q4_0(o: u32, xsum: f32) -> f32 {
     for (var i = 0u; i < 5u; i++) {
         wd[i] = w[base + i];
     }
-    let d = unpack2x16float(select(wd[0], wd[0] >> 16u, odd)).x;
+    let d = mv_scale(wd[0], odd);
     var acc = vec2<f32>();
     for (var i = 0u; i < 4u; i++) {
         acc += mv_nibbles(mv_join(wd[i], wd[i + 1u], odd), i, i + 4u);
@@ -117,7 +123,7 @@ fn mv_q5_0(o: u32, xsum: f32) -> f32 {
     for (var i = 0u; i < 6u; i++) {
         wd[i] = w[base + i];
     }
-    let d = unpack2x16float(select(wd[0], wd[0] >> 16u, odd)).x;
+    let d = mv_scale(wd[0], odd);
     let qh = mv_join(wd[0], wd[1], odd);
     const MASK5 = vec4<u32>(0x1fu, 0x1f00u, 0x1f0000u, 0x1f000000u);
     var acc = 0.0;
@@ -138,7 +144,7 @@ fn mv_q8_0(o: u32) -> f32 {
     for (var i = 0u; i < 9u; i++) {
         wd[i] = w[base + i];
     }
-    let d = unpack2x16float(select(wd[0], wd[0] >> 16u, odd)).x;
+    let d = mv_scale(wd[0], odd);
     var acc = 0.0;
     for (var i = 0u; i < 8u; i++) {
         acc += dot(vec4<f32>(unpack4xI8(mv_join(wd[i], wd[i + 1u], odd))), mv_x[i]);
