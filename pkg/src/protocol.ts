@@ -3,7 +3,7 @@
 // "progress" (loading) or "token" (streaming) events with the same id.
 
 import type { WireError } from "./errors.js";
-import type { CacheStats, ChatMessage, DeviceLostEvent, GenerationStats, LoadProgress, ModelInfo } from "./types.js";
+import type { CacheStats, ChatMessage, DeviceLostEvent, GenerationStats, LoadProgress, ModelInfo, ResponseFormat } from "./types.js";
 
 /** Sampling fields as the wasm engine takes them (`stop` always a list). */
 export interface SamplingParams {
@@ -14,6 +14,7 @@ export interface SamplingParams {
   seed?: number;
   stop?: string[];
   ignore_eos?: boolean;
+  response_format?: ResponseFormat;
 }
 
 /** A validated chat request, sent to WasmEngine.start_chat as JSON. */

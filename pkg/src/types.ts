@@ -133,6 +133,8 @@ export interface SamplingRequest {
   stop?: string | string[];
   /** radixlm extra, as llama.cpp's: never choose an end-of-sequence token, so the reply runs to `max_tokens`. */
   ignore_eos?: boolean;
+  /** Constrains the reply to JSON, a JSON Schema, a Lark grammar or a regex. */
+  response_format?: ResponseFormat | null;
   /** Aborts the request: it rejects (or its stream throws) with an AbortError. */
   signal?: AbortSignal;
   /** true: resolve to an async iterable of chunks as tokens arrive. */
@@ -184,7 +186,31 @@ export interface GenerationStats {
   ttft_ms: number;
   prefill_tokens_per_s: number;
   decode_tokens_per_s: number;
+  /** With a `response_format`: what computing the grammar's token masks cost (one per step). */
+  mask: MaskStats | null;
 }
+
+/** Milliseconds per step spent computing a constrained request's token masks. */
+export interface MaskStats {
+  steps: number;
+  mean_ms: number;
+  median_ms: number;
+  p99_ms: number;
+  max_ms: number;
+}
+
+/**
+ * What the reply must be, as OpenAI's `response_format`: any JSON object, or JSON valid against a
+ * schema; radixlm adds a Lark grammar (llguidance's dialect) and a regular expression the whole
+ * reply matches. The engine masks every token the format forbids, so the reply parses (unless
+ * `max_tokens` cuts it: finish_reason "length").
+ */
+export type ResponseFormat =
+  | { type: "text" }
+  | { type: "json_object" }
+  | { type: "json_schema"; json_schema: { name: string; description?: string; schema: Record<string, unknown>; strict?: boolean | null } }
+  | { type: "grammar"; grammar: string }
+  | { type: "regex"; pattern: string };
 
 /** A whole chat reply. */
 export interface ChatCompletion {

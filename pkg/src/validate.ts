@@ -3,7 +3,7 @@
 
 import { InvalidRequestError } from "./errors.js";
 import type { ChatParams, CompletionParams, LoaderOptions, Prefix, SamplingParams, WireSource } from "./protocol.js";
-import type { ChatCompletionRequest, ChatMessage, CompletionRequest, EngineOptions, SamplingRequest } from "./types.js";
+import type { ChatCompletionRequest, ChatMessage, CompletionRequest, EngineOptions, ResponseFormat, SamplingRequest } from "./types.js";
 
 const ROLES = new Set(["system", "user", "assistant"]);
 
@@ -53,7 +53,22 @@ function checkSampling(request: SamplingRequest): SamplingParams {
     seed: number("seed", request.seed, "an integer >= 0", naturalNumber),
     stop: stops,
     ignore_eos: flag("ignore_eos", request.ignore_eos),
+    response_format: responseFormat(request.response_format),
   };
+}
+
+const FORMATS = new Set(["text", "json_object", "json_schema", "grammar", "regex"]);
+
+/** The format's shape; what is inside a schema, grammar or pattern the engine's compiler checks. */
+function responseFormat(value: unknown): ResponseFormat | undefined {
+  if (value === undefined || value === null) return undefined;
+  if (!isObject(value) || typeof value.type !== "string" || !FORMATS.has(value.type)) {
+    throw invalid("response_format", 'an object whose type is "text", "json_object", "json_schema", "grammar" or "regex"', isObject(value) ? value.type : value);
+  }
+  if (value.type === "json_schema" && !(isObject(value.json_schema) && isObject(value.json_schema.schema))) {
+    throw invalid("response_format.json_schema", "an object { name, schema }", value.json_schema);
+  }
+  return value as ResponseFormat;
 }
 
 function flag(field: string, value: unknown): boolean | undefined {

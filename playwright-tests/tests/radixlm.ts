@@ -17,6 +17,7 @@ export type {
   EngineOptions,
   LoadProgress,
   ModelInfo,
+  ResponseFormat,
 } from "../../pkg/src/index.js";
 
 /** The module the page imports; error classes are looked up on it by name. */

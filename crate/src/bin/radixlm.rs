@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use radixlm::engine::constraint::ResponseFormat;
 use radixlm::engine::sampling::SamplingParams;
 use radixlm::engine::session::ChatSession;
 use radixlm::cpu::CpuOptions;
@@ -114,11 +115,24 @@ struct SamplingArgs {
     /// Stop when the reply contains this text (repeatable).
     #[arg(long)]
     stop: Vec<String>,
+    /// A JSON file holding an OpenAI `response_format` object (`{"type": "json_schema",
+    /// "json_schema": {"name": …, "schema": …}}`, `json_object`, or radixlm's `grammar` (Lark)
+    /// and `regex`): the reply is constrained to it.
+    #[arg(long)]
+    response_format: Option<PathBuf>,
 }
 
 impl SamplingArgs {
-    fn params(&self) -> SamplingParams {
-        SamplingParams {
+    fn params(&self) -> Result<SamplingParams, AnyError> {
+        let response_format = match &self.response_format {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+                let value = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+                Some(ResponseFormat::from_json(value)?)
+            }
+            None => None,
+        };
+        Ok(SamplingParams {
             temperature: self.temperature,
             top_k: self.top_k,
             top_p: self.top_p,
@@ -126,7 +140,8 @@ impl SamplingArgs {
             max_tokens: self.max_tokens,
             stop: self.stop.clone(),
             ignore_eos: false,
-        }
+            response_format,
+        })
     }
 }
 
@@ -380,10 +395,10 @@ fn run(cli: Cli) -> Result<(), AnyError> {
                 engine.tokenizer.encode(&prompt, true)?
             };
             if json {
-                return generate_json(&mut engine, &tokens, &sampling.params());
+                return generate_json(&mut engine, &tokens, &sampling.params()?);
             }
             let mut seq = Sequence::default();
-            let gen = generate_streaming(&mut engine, &mut seq, &tokens, &sampling.params())?;
+            let gen = generate_streaming(&mut engine, &mut seq, &tokens, &sampling.params()?)?;
             engine.release(&mut seq);
             write_behind(&mut engine);
             println!();
@@ -458,7 +473,7 @@ fn run(cli: Cli) -> Result<(), AnyError> {
                 None => Ok(()),
             }
         }
-        Command::Chat { model, system, sampling } => chat(&model, system, &sampling.params()),
+        Command::Chat { model, system, sampling } => chat(&model, system, &sampling.params()?),
         Command::Bench { which: Bench::Bandwidth { mib, copies, repeats } } => {
             let gpu = open(LimitsPolicy::Adapter)?;
             let report = block_on(&gpu, radixlm::bench::copy_bandwidth(&gpu, mib << 20, copies, repeats))?;
@@ -520,6 +535,9 @@ fn print_stats(gen: &Generation) {
         s.prompt_tokens, s.reused_tokens, s.restored_tokens, s.prefilled_tokens, s.ttft_ms, s.prefill_tokens_per_s, s.decode_tokens_per_s,
         s.generated_tokens, gen.finish_reason
     );
+    if let Some(m) = &s.mask {
+        eprintln!("[response format: token masks {:.2} ms a step (median {:.2}, p99 {:.2}, max {:.2}; {} steps)]", m.mean_ms, m.median_ms, m.p99_ms, m.max_ms, m.steps);
+    }
 }
 
 fn chat(model: &ModelArgs, system: Option<String>, params: &SamplingParams) -> Result<(), AnyError> {

@@ -8,6 +8,7 @@
 //! `max_tokens` or the context limit.
 
 pub mod backend;
+pub mod constraint;
 pub mod histories;
 pub mod loader;
 pub mod request;
@@ -29,6 +30,7 @@ use crate::model::{Config, ModelError};
 use crate::tokenizer::{ChatTemplate, Message, Tokenizer, TokenizerError};
 
 use backend::{Backend, Head, HeadOut};
+use constraint::{ConstraintError, Grammars};
 use sampling::SamplingParams;
 use spill::{SpillStats, SpillTier};
 pub use backend::{BackendInfo, Target};
@@ -67,6 +69,8 @@ pub enum EngineError {
     OutOfMemory(String),
     #[error("internal error: {0}")]
     Internal(&'static str),
+    #[error(transparent)]
+    Constraint(#[from] ConstraintError),
 }
 
 /// Engine settings chosen by the embedding application.
@@ -131,6 +135,29 @@ pub struct GenerationStats {
     pub ttft_ms: f64,
     pub prefill_tokens_per_s: f64,
     pub decode_tokens_per_s: f64,
+    /// With a response format: what computing the grammar's token masks cost.
+    pub mask: Option<MaskStats>,
+}
+
+/// The cost of a constrained request's token masks (one per step), in milliseconds.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct MaskStats {
+    pub steps: usize,
+    pub mean_ms: f64,
+    pub median_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+}
+
+impl MaskStats {
+    /// None for a request that computed no mask.
+    pub fn of(ms: &[f32]) -> Option<Self> {
+        let mut sorted: Vec<f64> = ms.iter().map(|&m| m as f64).collect();
+        sorted.sort_by(f64::total_cmp);
+        let at = |q: f64| sorted[((sorted.len() - 1) as f64 * q).round() as usize];
+        let max_ms = *sorted.last()?;
+        Some(Self { steps: sorted.len(), mean_ms: sorted.iter().sum::<f64>() / sorted.len() as f64, median_ms: at(0.5), p99_ms: at(0.99), max_ms })
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -167,6 +194,8 @@ pub struct Engine {
     spill_format: Option<SpillFormat>,
     requests: u64,
     backend: Backend,
+    /// The grammar compiler over this model's vocabulary, from the first constrained request.
+    grammars: Option<Arc<Grammars>>,
 }
 
 /// The longest sequence an engine serves: the caller's cap, the model's training context and
@@ -221,6 +250,7 @@ impl Engine {
             spill_format: opts.spill,
             requests: 0,
             backend,
+            grammars: None,
         }
     }
 
@@ -417,13 +447,29 @@ impl Engine {
     fn begin(&mut self, seq: &mut Sequence, prompt: &[u32], params: &SamplingParams) -> Result<Request, EngineError> {
         self.backend.check()?;
         self.check_prompt(prompt)?;
+        let constraint = match &params.response_format {
+            Some(format) => self.grammars()?.constraint(format)?,
+            None => None,
+        };
         let started = Instant::now();
         let reused = self.cache.adopt(seq, prompt);
         if let Err(e) = self.reserve(seq, prompt.len()) {
             self.cache.commit(seq);
             return Err(e.into());
         }
-        Ok(Request::new(std::mem::take(seq), prompt, params, reused, started))
+        let mut req = Request::new(std::mem::take(seq), prompt, params, reused, started);
+        req.constraint = constraint;
+        Ok(req)
+    }
+
+    /// The grammar compiler, built on first use (a trie of the vocabulary: milliseconds).
+    fn grammars(&mut self) -> Result<Arc<Grammars>, EngineError> {
+        if let Some(g) = &self.grammars {
+            return Ok(g.clone());
+        }
+        let g = Arc::new(Grammars::new(&self.tokenizer)?);
+        self.grammars = Some(g.clone());
+        Ok(g)
     }
 
     /// Starts a chat request for the whole conversation `messages` (stateless, like OpenAI's
@@ -536,7 +582,11 @@ impl Engine {
                 (token, gap)
             }
             HeadOut::Logits(mut logits) => {
-                if req.params.ignore_eos {
+                if let Some(constraint) = &mut req.constraint {
+                    let started = Instant::now();
+                    constraint.mask(&mut logits, self.tokenizer.stop_ids())?;
+                    req.mask_ms.push((started.elapsed().as_secs_f64() * 1e3) as f32);
+                } else if req.params.ignore_eos {
                     // As llama.cpp's ignore_eos: the end-of-sequence tokens are never chosen.
                     for &id in self.tokenizer.stop_ids() {
                         if let Some(l) = logits.get_mut(id as usize) {
@@ -553,6 +603,9 @@ impl Engine {
             req.finish = Some(FinishReason::Stop);
             let tail = req.flush_text();
             return Ok(Step::Done { generation: req.generation(), tail });
+        }
+        if let Some(constraint) = &mut req.constraint {
+            constraint.consume(token)?;
         }
         req.out.push(token);
         req.gaps.push(top2_gap);
@@ -576,7 +629,7 @@ impl Engine {
     /// top-k sampling where the backend serves it the largest logits, otherwise the logits.
     fn head_for(&self, req: &Request) -> Head {
         let ban_stops = req.params.ignore_eos;
-        if req.wants_logits {
+        if req.wants_logits || req.constraint.is_some() {
             Head::Logits
         } else if req.params.is_greedy() {
             Head::Greedy { ban_stops }

@@ -55,6 +55,10 @@ pub struct Request {
     pub(super) over: bool,
     /// For a chat request: the conversation, to remember the ids of its reply.
     pub(super) chat: Option<(Vec<Message>, String)>,
+    /// With a response format: where the reply is in its grammar.
+    pub(super) constraint: Option<super::constraint::Constraint>,
+    /// With a response format: each step's token mask, in milliseconds.
+    pub(super) mask_ms: Vec<f32>,
 }
 
 impl Request {
@@ -81,6 +85,8 @@ impl Request {
             finish: None,
             over: false,
             chat: None,
+            constraint: None,
+            mask_ms: Vec::new(),
         }
     }
 
@@ -128,6 +134,7 @@ impl Request {
                 ttft_ms: self.ttft_s.unwrap_or(prefill_s) * 1e3,
                 prefill_tokens_per_s: prefilled as f64 / prefill_s.max(1e-9),
                 decode_tokens_per_s: self.out.len().saturating_sub(1) as f64 / decode_s.max(1e-9),
+                mask: super::MaskStats::of(&self.mask_ms),
             },
             tokens: self.out.clone(),
             top2_gaps: self.gaps.clone(),

@@ -17,11 +17,14 @@ pub struct SamplingParams {
     /// Never choose an end-of-sequence token, as llama.cpp's `ignore_eos` (benchmarks measure a
     /// fixed number of steps of ordinary text).
     pub ignore_eos: bool,
+    /// What the reply must be (JSON, a schema's JSON, a grammar's or a regex's text); the
+    /// grammar decides where it may end, whatever `ignore_eos` says.
+    pub response_format: Option<super::constraint::ResponseFormat>,
 }
 
 impl Default for SamplingParams {
     fn default() -> Self {
-        Self { temperature: 0.0, top_k: 40, top_p: 0.95, seed: 0, max_tokens: 256, stop: Vec::new(), ignore_eos: false }
+        Self { temperature: 0.0, top_k: 40, top_p: 0.95, seed: 0, max_tokens: 256, stop: Vec::new(), ignore_eos: false, response_format: None }
     }
 }
 

@@ -64,6 +64,8 @@ pub struct Tokenizer {
     eos: u32,
     add_bos: bool,
     stop: Vec<u32>,
+    /// Control and unknown tokens (never text), ascending.
+    control: Vec<u32>,
 }
 
 impl std::fmt::Debug for Tokenizer {
@@ -141,7 +143,8 @@ impl Tokenizer {
             return Err(TokenizerError::MissingBos);
         }
 
-        let mut tokenizer = Self { encoder, bytes, offsets, bos, eos, add_bos, stop: vec![eos] };
+        let control = (0..n_vocab as u32).filter(|&i| matches!(types[i as usize], TokenType::Control | TokenType::Unknown)).collect();
+        let mut tokenizer = Self { encoder, bytes, offsets, bos, eos, add_bos, stop: vec![eos], control };
         let named: Vec<u32> = STOP_TEXTS.iter().filter_map(|text| tokenizer.token_id(text)).collect();
         for id in eot.into_iter().chain(named) {
             if !tokenizer.stop.contains(&id) {
@@ -190,6 +193,11 @@ impl Tokenizer {
             Encoder::Bpe(inner) => inner.token_to_id(text),
             Encoder::Spm(spm) => spm.token_id(text),
         }
+    }
+
+    /// Whether `id` is a control (or unknown) token: markup of the model's format, never text.
+    pub fn is_control(&self, id: u32) -> bool {
+        self.control.binary_search(&id).is_ok()
     }
 
     pub fn vocab_size(&self) -> usize {

@@ -13,6 +13,7 @@ use serde_json::json;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 
+use crate::engine::constraint::{ConstraintError, ResponseFormat};
 use crate::engine::sampling::SamplingParams;
 use crate::cpu::threads::{Seat, Spawner};
 use crate::cpu::{CpuError, CpuOptions};
@@ -59,7 +60,8 @@ fn js_error(e: &EngineError, phase: Phase) -> JsValue {
         EngineError::OutOfMemory(_) => "OutOfMemoryError",
         EngineError::PromptTooLong { .. } | EngineError::Cache(_) => "PromptTooLongError",
         EngineError::EmptyPrompt | EngineError::NoChatTemplate | EngineError::Unsupported(_) => "InvalidRequestError",
-        EngineError::LoaderFailed | EngineError::RequestOver | EngineError::Internal(_) => "InternalError",
+        EngineError::Constraint(ConstraintError::Format(_)) => "InvalidRequestError",
+        EngineError::LoaderFailed | EngineError::RequestOver | EngineError::Internal(_) | EngineError::Constraint(ConstraintError::Matcher(_)) => "InternalError",
     };
     if name == "GpuError" {
         // A validation error is a bug in the engine, not in the user's input: report it.
@@ -238,6 +240,8 @@ struct SamplingJson {
     /// Never choose an end-of-sequence token (benchmarks measure a fixed number of steps).
     #[serde(default)]
     ignore_eos: bool,
+    /// An OpenAI `response_format` object (with radixlm's `grammar` and `regex`).
+    response_format: Option<serde_json::Value>,
 }
 
 /// Replies are cut here when a request sets no `max_tokens`.
@@ -267,6 +271,7 @@ impl SamplingJson {
             max_tokens,
             stop: self.stop.clone(),
             ignore_eos: self.ignore_eos,
+            response_format: self.response_format.clone().map(ResponseFormat::from_json).transpose().map_err(invalid)?,
         })
     }
 }

@@ -1,0 +1,161 @@
+//! Structured output: a request's `response_format` (OpenAI's `json_object` and `json_schema`,
+//! radixlm's Lark `grammar` and `regex`) compiled by llguidance into a matcher that says which
+//! tokens may come next, so every reply parses.
+
+use std::sync::Arc;
+
+use llguidance::api::TopLevelGrammar;
+use llguidance::toktrie::{TokEnv, TokRxInfo, TokTrie, TokenId, TokenizerEnv};
+use llguidance::{Matcher, ParserFactory};
+use serde::Deserialize;
+
+use crate::tokenizer::Tokenizer;
+
+/// What a reply must be: OpenAI's `response_format`, with radixlm's `grammar` and `regex`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ResponseFormat {
+    /// Any text (no constraint).
+    Text {},
+    /// Any JSON object.
+    JsonObject {},
+    /// JSON valid against `json_schema.schema`.
+    JsonSchema { json_schema: JsonSchemaFormat },
+    /// Text in a Lark grammar (llguidance's dialect).
+    Grammar { grammar: String },
+    /// Text matching a regular expression, whole.
+    Regex { pattern: String },
+}
+
+/// OpenAI's `json_schema` object.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JsonSchemaFormat {
+    pub name: String,
+    #[serde(default)]
+    pub description: Option<String>,
+    pub schema: serde_json::Value,
+    #[serde(default)]
+    pub strict: Option<bool>,
+}
+
+impl ResponseFormat {
+    /// Parses an OpenAI-shaped `response_format` object.
+    pub fn from_json(value: serde_json::Value) -> Result<Self, ConstraintError> {
+        serde_json::from_value(value).map_err(|e| ConstraintError::Format(e.to_string()))
+    }
+
+    /// llguidance's grammar for it; None for plain text.
+    fn grammar(&self) -> Option<TopLevelGrammar> {
+        Some(match self {
+            Self::Text {} => return None,
+            Self::JsonObject {} => TopLevelGrammar::from_json_schema(single_line(serde_json::json!({ "type": "object" }))),
+            Self::JsonSchema { json_schema } => TopLevelGrammar::from_json_schema(single_line(json_schema.schema.clone())),
+            Self::Grammar { grammar } => TopLevelGrammar::from_lark(grammar.clone()),
+            Self::Regex { pattern } => TopLevelGrammar::from_regex(pattern),
+        })
+    }
+}
+
+/// JSON on one line with a space after each comma and colon, unless the schema sets its own
+/// layout (llguidance's `x-guidance`): with free whitespace a small model can pad forever.
+fn single_line(mut schema: serde_json::Value) -> serde_json::Value {
+    if let Some(object) = schema.as_object_mut() {
+        object.entry("x-guidance").or_insert_with(|| serde_json::json!({ "whitespace_flexible": false, "item_separator": ", ", "key_separator": ": " }));
+    }
+    schema
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ConstraintError {
+    /// A response format that does not parse or that the grammar compiler refused: the request's fault.
+    #[error("response_format: {0}")]
+    Format(String),
+    /// The matcher failed on a token it allowed: the engine's fault.
+    #[error("structured output: {0}")]
+    Matcher(String),
+}
+
+/// The model's vocabulary as llguidance's token trie: each token's bytes, control tokens marked
+/// as special (never text), the end of sequence as its EOS.
+struct VocabEnv {
+    trie: TokTrie,
+}
+
+impl TokenizerEnv for VocabEnv {
+    fn tok_trie(&self) -> &TokTrie {
+        &self.trie
+    }
+
+    fn tokenize_bytes(&self, s: &[u8]) -> Vec<TokenId> {
+        self.trie.greedy_tokenize(s)
+    }
+
+    fn tokenize_is_canonical(&self) -> bool {
+        false
+    }
+}
+
+/// One model's grammar compiler (built once, on the first constrained request).
+pub struct Grammars {
+    factory: Arc<ParserFactory>,
+    eos: u32,
+}
+
+impl Grammars {
+    pub fn new(tokenizer: &Tokenizer) -> Result<Self, ConstraintError> {
+        let n = tokenizer.vocab_size() as u32;
+        let words = (0..n)
+            .map(|id| {
+                let bytes = tokenizer.token_bytes(id).map_err(|e| ConstraintError::Matcher(e.to_string()))?;
+                Ok(if tokenizer.is_control(id) { [&[TokTrie::SPECIAL_TOKEN_MARKER], bytes].concat() } else { bytes.to_vec() })
+            })
+            .collect::<Result<Vec<_>, ConstraintError>>()?;
+        let info = TokRxInfo { tok_bos: tokenizer.bos_id(), ..TokRxInfo::new(n, tokenizer.eos_id()) };
+        let env: TokEnv = Arc::new(VocabEnv { trie: TokTrie::from(&info, &words) });
+        let mut factory = ParserFactory::new_simple(&env).map_err(|e| ConstraintError::Matcher(e.to_string()))?;
+        factory.quiet();
+        Ok(Self { factory: Arc::new(factory), eos: tokenizer.eos_id() })
+    }
+
+    /// The constraint of one request, or None for plain text. A grammar llguidance refuses (a
+    /// bad schema, regex or Lark) is an error naming its problem, before any token is computed.
+    pub fn constraint(&self, format: &ResponseFormat) -> Result<Option<Constraint>, ConstraintError> {
+        let Some(grammar) = format.grammar() else { return Ok(None) };
+        let parser = self.factory.create_parser(grammar).map_err(|e| ConstraintError::Format(e.to_string()))?;
+        let matcher = Matcher::new(Ok(parser));
+        match matcher.get_error() {
+            Some(e) => Err(ConstraintError::Format(e.to_string())),
+            None => Ok(Some(Constraint { matcher, eos: self.eos })),
+        }
+    }
+}
+
+/// A request's position in its grammar.
+pub struct Constraint {
+    matcher: Matcher,
+    /// The trie's end of sequence: where the mask allows it, the grammar may end.
+    eos: u32,
+}
+
+impl Constraint {
+    /// Sets the logits of the tokens the grammar forbids next to -inf; the stop tokens are
+    /// allowed only where the grammar may end.
+    pub fn mask(&mut self, logits: &mut [f32], stop_ids: &[u32]) -> Result<(), ConstraintError> {
+        let mask = self.matcher.compute_mask_or_eos().map_err(|e| ConstraintError::Matcher(e.to_string()))?;
+        let may_end = mask.is_allowed(self.eos);
+        for (id, l) in logits.iter_mut().enumerate() {
+            let id = id as u32;
+            let allowed = if stop_ids.contains(&id) { may_end } else { mask.is_allowed(id) };
+            if !allowed {
+                *l = f32::NEG_INFINITY;
+            }
+        }
+        Ok(())
+    }
+
+    /// Advances past the chosen (allowed) token.
+    pub fn consume(&mut self, token: u32) -> Result<(), ConstraintError> {
+        self.matcher.consume_token(token).map_err(|e| ConstraintError::Matcher(e.to_string()))
+    }
+}
