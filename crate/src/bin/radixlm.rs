@@ -5,11 +5,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use radixlm::engine::constraint::ResponseFormat;
+use radixlm::api::{self, Logprobs, RequestFields, Sampling};
 use radixlm::engine::sampling::SamplingParams;
 use radixlm::engine::session::ChatSession;
 use radixlm::cpu::CpuOptions;
-use radixlm::engine::{Engine, EngineOptions, Generation, Poller, Sequence, Target};
+use radixlm::engine::{ChoiceStep, Choices, Engine, EngineOptions, Generation, Poller, Sequence, Target};
 use radixlm::gguf::{GgmlType, GgufFile};
 use radixlm::gpu::context::LimitsPolicy;
 use radixlm::gpu::executor::{block_on, open};
@@ -120,28 +120,59 @@ struct SamplingArgs {
     /// and `regex`): the reply is constrained to it.
     #[arg(long)]
     response_format: Option<PathBuf>,
+    /// llama.cpp's repetition penalty over the last --penalty-last-n tokens (1: off).
+    #[arg(long)]
+    repetition_penalty: Option<f32>,
+    /// Lowers a recent token's logit by this much per occurrence (OpenAI's, -2 to 2).
+    #[arg(long)]
+    frequency_penalty: Option<f32>,
+    /// Lowers a recent token's logit by this much once (OpenAI's, -2 to 2).
+    #[arg(long)]
+    presence_penalty: Option<f32>,
+    /// How many recent tokens (prompt and reply) the penalties count (64 by default).
+    #[arg(long)]
+    penalty_last_n: Option<usize>,
+    /// ID=BIAS: add BIAS (-100 to 100) to token ID's logit (repeatable).
+    #[arg(long, value_parser = parse_bias)]
+    logit_bias: Vec<(String, f32)>,
+    /// Report each token's log-probability with this many likeliest alternatives (with --json).
+    #[arg(long)]
+    logprobs: Option<usize>,
+}
+
+fn parse_bias(s: &str) -> Result<(String, f32), String> {
+    let (id, bias) = s.split_once('=').ok_or("expected ID=BIAS")?;
+    Ok((id.to_string(), bias.parse().map_err(|e| format!("{bias}: {e}"))?))
 }
 
 impl SamplingArgs {
-    fn params(&self) -> Result<SamplingParams, AnyError> {
+    /// The request's fields, checked as the wasm engine checks them.
+    fn sampling(&self, engine: &Engine, n: usize) -> Result<Sampling, AnyError> {
         let response_format = match &self.response_format {
             Some(path) => {
                 let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-                let value = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-                Some(ResponseFormat::from_json(value)?)
+                Some(serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?)
             }
             None => None,
         };
-        Ok(SamplingParams {
-            temperature: self.temperature,
-            top_k: self.top_k,
-            top_p: self.top_p,
-            seed: self.seed,
-            max_tokens: self.max_tokens,
+        let fields = RequestFields {
+            max_tokens: Some(self.max_tokens),
+            temperature: Some(self.temperature),
+            top_k: Some(self.top_k),
+            top_p: Some(self.top_p),
+            seed: Some(self.seed),
             stop: self.stop.clone(),
-            ignore_eos: false,
             response_format,
-        })
+            repetition_penalty: self.repetition_penalty,
+            frequency_penalty: self.frequency_penalty,
+            presence_penalty: self.presence_penalty,
+            penalty_last_n: self.penalty_last_n,
+            logit_bias: (!self.logit_bias.is_empty()).then(|| self.logit_bias.iter().cloned().collect()),
+            logprobs: self.logprobs.map(Logprobs::Top),
+            n: Some(n),
+            ..Default::default()
+        };
+        Ok(fields.sampling(engine.cfg.vocab_size, || self.seed)?)
     }
 }
 
@@ -161,10 +192,15 @@ enum Command {
         /// With --chat: a system message before the prompt.
         #[arg(long, requires = "chat")]
         system: Option<String>,
-        /// Print one line of JSON (prompt ids, generated ids, each step's top-2 logit gap, text,
-        /// finish reason, stats) instead of streaming text.
+        /// Print one line of JSON, OpenAI's response (`choices`, `usage`) with the prompt's and
+        /// the first choice's ids, top-2 logit gaps, text, finish reason and stats beside it,
+        /// instead of streaming text.
         #[arg(long)]
         json: bool,
+        /// Choices to generate (with --json): the prompt is computed once, each choice
+        /// sampled with the seed plus its index.
+        #[arg(long, default_value_t = 1, requires = "json")]
+        n: usize,
         #[command(flatten)]
         sampling: SamplingArgs,
     },
@@ -385,7 +421,7 @@ fn write_behind(engine: &mut Engine) {
 fn run(cli: Cli) -> Result<(), AnyError> {
     match cli.command {
         Command::Info { model } => info(&model),
-        Command::Generate { model, prompt, chat, system, json, sampling } => {
+        Command::Generate { model, prompt, chat, system, json, n, sampling } => {
             let mut engine = load_engine(&model, SpillDir::User)?;
             let tokens = if chat {
                 let system = system.map(|content| Message { role: "system".into(), content });
@@ -394,11 +430,12 @@ fn run(cli: Cli) -> Result<(), AnyError> {
             } else {
                 engine.tokenizer.encode(&prompt, true)?
             };
+            let sampling = sampling.sampling(&engine, n)?;
             if json {
-                return generate_json(&mut engine, &tokens, &sampling.params()?);
+                return generate_json(&mut engine, &tokens, &sampling, chat);
             }
             let mut seq = Sequence::default();
-            let gen = generate_streaming(&mut engine, &mut seq, &tokens, &sampling.params()?)?;
+            let gen = generate_streaming(&mut engine, &mut seq, &tokens, &sampling.params)?;
             engine.release(&mut seq);
             write_behind(&mut engine);
             println!();
@@ -473,7 +510,7 @@ fn run(cli: Cli) -> Result<(), AnyError> {
                 None => Ok(()),
             }
         }
-        Command::Chat { model, system, sampling } => chat(&model, system, &sampling.params()?),
+        Command::Chat { model, system, sampling } => chat(&model, system, &sampling),
         Command::Bench { which: Bench::Bandwidth { mib, copies, repeats } } => {
             let gpu = open(LimitsPolicy::Adapter)?;
             let report = block_on(&gpu, radixlm::bench::copy_bandwidth(&gpu, mib << 20, copies, repeats))?;
@@ -508,22 +545,48 @@ fn generate_streaming(engine: &mut Engine, seq: &mut Sequence, tokens: &[u32], p
     Ok(poller.block_on(fut)?)
 }
 
-/// Generates the reply and prints it as one JSON line, with each token's top-2 logit gap.
-fn generate_json(engine: &mut Engine, prompt: &[u32], params: &SamplingParams) -> Result<(), AnyError> {
+/// Generates the reply's choices and prints them as one JSON line: OpenAI's response shape
+/// (a chat's `message`, a completion's `text`) with radixlm's figures beside it.
+fn generate_json(engine: &mut Engine, prompt: &[u32], sampling: &Sampling, chat: bool) -> Result<(), AnyError> {
     let poller = engine.poller();
     let mut seq = Sequence::default();
-    let generation = poller.block_on(engine.generate(&mut seq, prompt, params, |_| true));
-    engine.release(&mut seq);
-    let generation = generation?;
+    let mut choices = match engine.start(&mut seq, prompt, &sampling.params) {
+        Ok(req) => Choices::new(req, sampling.n),
+        Err(e) => {
+            engine.release(&mut seq);
+            return Err(e.into());
+        }
+    };
+    let generations = loop {
+        match poller.block_on(engine.step_choices(&mut choices)) {
+            Ok(ChoiceStep::Done { generations, .. }) => break Ok(generations),
+            Ok(_) => {}
+            Err(e) => break Err(e),
+        }
+    };
+    for mut seq in choices.into_sequences() {
+        engine.release(&mut seq);
+    }
+    let generations = generations?;
     write_behind(engine);
-    let out = serde_json::json!({
-        "prompt_ids": prompt,
-        "tokens": generation.tokens,
-        "top2_gaps": generation.top2_gaps,
-        "text": generation.text,
-        "finish_reason": generation.finish_reason,
-        "stats": generation.stats,
-    });
+    let mut out = api::result(&engine.tokenizer, &generations, sampling.params.logprobs.is_some());
+    for choice in out["choices"].as_array_mut().into_iter().flatten() {
+        let text = choice["text"].take();
+        if chat {
+            choice["message"] = serde_json::json!({ "role": "assistant", "content": text });
+            choice["logprobs"] = serde_json::json!({ "content": choice["logprobs"].take() });
+        } else {
+            choice["text"] = text;
+        }
+    }
+    let first = &generations[0];
+    out["object"] = (if chat { "chat.completion" } else { "text_completion" }).into();
+    out["model"] = engine.model_name.clone().into();
+    out["prompt_ids"] = prompt.into();
+    out["tokens"] = first.tokens.clone().into();
+    out["top2_gaps"] = first.top2_gaps.clone().into();
+    out["text"] = first.text.clone().into();
+    out["finish_reason"] = api::finish_reason(first.finish_reason).into();
     println!("{out}");
     Ok(())
 }
@@ -540,9 +603,10 @@ fn print_stats(gen: &Generation) {
     }
 }
 
-fn chat(model: &ModelArgs, system: Option<String>, params: &SamplingParams) -> Result<(), AnyError> {
+fn chat(model: &ModelArgs, system: Option<String>, sampling: &SamplingArgs) -> Result<(), AnyError> {
     eprintln!("loading {} ...", model.model.display());
     let mut engine = load_engine(model, SpillDir::User)?;
+    let params = &sampling.sampling(&engine, 1)?.params;
     eprintln!(
         "radixlm chat — {} on {}. Type a message; an empty line or Ctrl-D quits.",
         model.model.file_name().unwrap_or_default().to_string_lossy(),

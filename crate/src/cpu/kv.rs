@@ -65,6 +65,14 @@ impl KvPages {
         &mut layer[page as usize * len..(page as usize + 1) * len]
     }
 
+    /// Copies page `src`'s keys and values, every layer's, into page `dst`.
+    pub fn copy_page(&mut self, src: u32, dst: u32) {
+        let len = self.page_size * self.kv_dim;
+        for layer in self.k.iter_mut().chain(self.v.iter_mut()) {
+            layer.copy_within(src as usize * len..(src as usize + 1) * len, dst as usize * len);
+        }
+    }
+
     pub fn slices(&self) -> usize {
         2 * self.k.len()
     }

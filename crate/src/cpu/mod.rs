@@ -226,6 +226,13 @@ impl CpuBackend {
         (0..self.kv.slices()).flat_map(|lk| layout.quantize(&self.page_values(lk, page))).collect()
     }
 
+    /// Copies pages' keys and values: (source, destination) pairs.
+    pub fn copy_pages(&mut self, pairs: &[(u32, u32)]) {
+        for &(src, dst) in pairs {
+            self.kv.copy_page(src, dst);
+        }
+    }
+
     /// Writes a record's payload back into page `page`, rounded to f16 as stored.
     pub fn restore_page(&mut self, layout: QuantLayout, page: u32, words: &[u32]) {
         let per_slice = layout.bytes_for(self.kv.page_size * self.kv.kv_dim) / 4;

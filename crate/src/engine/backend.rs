@@ -28,7 +28,7 @@ pub enum Head {
 }
 
 /// What a forward pass gave.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub enum HeadOut {
     None,
     Logits(Vec<f32>),
@@ -179,6 +179,14 @@ impl Backend {
     pub fn drop_captured(&mut self, captured: Captured) {
         if let (Backend::Gpu(b), Captured::Gpu(c)) = (self, captured) {
             b.drop_captured(c);
+        }
+    }
+
+    /// Copies pages' keys and values: (source, destination) pairs.
+    pub fn copy_pages(&mut self, pairs: &[(u32, u32)]) {
+        match self {
+            Backend::Gpu(b) => b.copy_pages(pairs),
+            Backend::Cpu(b) => b.copy_pages(pairs),
         }
     }
 

@@ -8,6 +8,7 @@
 //! `max_tokens` or the context limit.
 
 pub mod backend;
+pub mod choices;
 pub mod constraint;
 pub mod histories;
 pub mod loader;
@@ -34,6 +35,7 @@ use constraint::{ConstraintError, Grammars};
 use sampling::SamplingParams;
 use spill::{SpillStats, SpillTier};
 pub use backend::{BackendInfo, Target};
+pub use choices::{ChoiceStep, Choices};
 pub use loader::ModelLoader;
 pub use request::{Request, Step};
 
@@ -167,6 +169,8 @@ pub struct Generation {
     /// For each of `tokens`, its logit's lead over the runner-up's: where two numerically
     /// different runs part, a small gap (a near tie) explains it.
     pub top2_gaps: Vec<f32>,
+    /// With `logprobs`: for each of `tokens`, its log-probability and the likeliest alternatives'.
+    pub logprobs: Vec<sampling::TokenLogprob>,
     /// The decoded reply, cut before a stop string if one appeared.
     pub text: String,
     pub finish_reason: FinishReason,
@@ -570,18 +574,19 @@ impl Engine {
             req.seq.extend(&[token]);
             req.next = Some(out);
         }
-        let (token, top2_gap) = match req.next.take().ok_or(EngineError::Internal("no logits to sample from"))? {
+        let (token, top2_gap, logprob) = match req.next.take().ok_or(EngineError::Internal("no logits to sample from"))? {
             HeadOut::None => return Err(EngineError::Internal("no logits to sample from")),
-            HeadOut::Picked(top2) => (top2.index.ok_or(EngineError::NoFiniteLogits)?, top2.gap()),
+            HeadOut::Picked(top2) => (top2.index.ok_or(EngineError::NoFiniteLogits)?, top2.gap(), None),
             HeadOut::Candidates(cand) => {
                 let token = req.sampler.sample_sorted(&cand).ok_or(EngineError::NoFiniteLogits)?;
                 let gap = match cand.as_slice() {
                     [a, b, ..] => a.1 - b.1,
                     _ => f32::INFINITY,
                 };
-                (token, gap)
+                (token, gap, None)
             }
             HeadOut::Logits(mut logits) => {
+                req.params.adjust(&mut logits, req.seq.tokens());
                 if let Some(constraint) = &mut req.constraint {
                     let started = Instant::now();
                     constraint.mask(&mut logits, self.tokenizer.stop_ids())?;
@@ -594,7 +599,9 @@ impl Engine {
                         }
                     }
                 }
-                (req.sampler.sample(&logits), sampling::top2(&logits, &[]).gap())
+                let token = req.sampler.sample(&logits);
+                let logprob = req.params.logprobs.map(|top| sampling::TokenLogprob::of(&logits, token, top));
+                (token, sampling::top2(&logits, &[]).gap(), logprob)
             }
         };
         req.ttft_s.get_or_insert_with(|| req.started.elapsed().as_secs_f64());
@@ -609,6 +616,7 @@ impl Engine {
         }
         req.out.push(token);
         req.gaps.push(top2_gap);
+        req.logprobs.extend(logprob);
         let piece = req.decoder.push(&self.tokenizer, token)?;
         let (text, stopped) = req.stops.push(&piece);
         let next_len = req.seq.len() + 1;
@@ -629,7 +637,7 @@ impl Engine {
     /// top-k sampling where the backend serves it the largest logits, otherwise the logits.
     fn head_for(&self, req: &Request) -> Head {
         let ban_stops = req.params.ignore_eos;
-        if req.wants_logits || req.constraint.is_some() {
+        if req.wants_logits || req.constraint.is_some() || req.params.needs_logits() {
             Head::Logits
         } else if req.params.is_greedy() {
             Head::Greedy { ban_stops }

@@ -9,7 +9,7 @@ use crate::kv::Sequence;
 use crate::tokenizer::{Message, StreamDecoder};
 
 use super::backend::HeadOut;
-use super::sampling::{Sampler, SamplingParams};
+use super::sampling::{Sampler, SamplingParams, TokenLogprob};
 use super::stop::StopMatcher;
 use super::{FinishReason, Generation, GenerationStats};
 
@@ -59,6 +59,8 @@ pub struct Request {
     pub(super) constraint: Option<super::constraint::Constraint>,
     /// With a response format: each step's token mask, in milliseconds.
     pub(super) mask_ms: Vec<f32>,
+    /// With `logprobs`: each sampled token's.
+    pub(super) logprobs: Vec<TokenLogprob>,
 }
 
 impl Request {
@@ -87,6 +89,7 @@ impl Request {
             chat: None,
             constraint: None,
             mask_ms: Vec::new(),
+            logprobs: Vec::new(),
         }
     }
 
@@ -138,6 +141,7 @@ impl Request {
             },
             tokens: self.out.clone(),
             top2_gaps: self.gaps.clone(),
+            logprobs: self.logprobs.clone(),
             text: self.stops.text().to_string(),
             finish_reason: self.finish.unwrap_or(FinishReason::Aborted),
             hit_stop_string: self.stops.stopped(),

@@ -20,11 +20,101 @@ pub struct SamplingParams {
     /// What the reply must be (JSON, a schema's JSON, a grammar's or a regex's text); the
     /// grammar decides where it may end, whatever `ignore_eos` says.
     pub response_format: Option<super::constraint::ResponseFormat>,
+    /// Repetition, frequency and presence penalties over the recent tokens.
+    pub penalties: Penalties,
+    /// Added to these tokens' logits before anything else (OpenAI's `logit_bias`).
+    pub logit_bias: Vec<(u32, f32)>,
+    /// Report each chosen token's log-probability with this many likeliest alternatives.
+    pub logprobs: Option<usize>,
 }
 
 impl Default for SamplingParams {
     fn default() -> Self {
-        Self { temperature: 0.0, top_k: 40, top_p: 0.95, seed: 0, max_tokens: 256, stop: Vec::new(), ignore_eos: false, response_format: None }
+        Self {
+            temperature: 0.0,
+            top_k: 40,
+            top_p: 0.95,
+            seed: 0,
+            max_tokens: 256,
+            stop: Vec::new(),
+            ignore_eos: false,
+            response_format: None,
+            penalties: Penalties::default(),
+            logit_bias: Vec::new(),
+            logprobs: None,
+        }
+    }
+}
+
+/// llama.cpp's penalties (`llama_sampler_penalties`) over the last `last_n` tokens of the prompt
+/// and the reply: a logit of a token among them is divided by `repetition` (multiplied when it
+/// is negative), then lowered by `frequency` per occurrence and by `presence` once.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Penalties {
+    /// 1 leaves logits alone; above 1 discourages repeats.
+    pub repetition: f32,
+    pub frequency: f32,
+    pub presence: f32,
+    /// How many recent tokens count (llama.cpp's default 64).
+    pub last_n: usize,
+}
+
+impl Default for Penalties {
+    fn default() -> Self {
+        Self { repetition: 1.0, frequency: 0.0, presence: 0.0, last_n: 64 }
+    }
+}
+
+impl Penalties {
+    pub fn is_active(&self) -> bool {
+        self.last_n > 0 && (self.repetition != 1.0 || self.frequency != 0.0 || self.presence != 0.0)
+    }
+
+    /// Penalises `logits` for the tokens in the last `last_n` of `history`.
+    pub fn apply(&self, logits: &mut [f32], history: &[u32]) {
+        if !self.is_active() {
+            return;
+        }
+        let mut counts: std::collections::HashMap<u32, u32> = Default::default();
+        for &t in &history[history.len().saturating_sub(self.last_n)..] {
+            *counts.entry(t).or_default() += 1;
+        }
+        for (&token, &count) in &counts {
+            let Some(l) = logits.get_mut(token as usize) else { continue };
+            *l = if *l <= 0.0 { *l * self.repetition } else { *l / self.repetition };
+            *l -= count as f32 * self.frequency + self.presence;
+        }
+    }
+}
+
+/// A chosen token's log-probability under the distribution it was drawn from (the logits after
+/// biases, penalties and a response format's mask, before temperature), with the likeliest
+/// tokens' (largest first, ties to the lower id).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct TokenLogprob {
+    pub token: u32,
+    pub logprob: f32,
+    pub top: Vec<(u32, f32)>,
+}
+
+impl TokenLogprob {
+    pub fn of(logits: &[f32], token: u32, top: usize) -> Self {
+        let max = logits.iter().copied().filter(|l| l.is_finite()).fold(f32::NEG_INFINITY, f32::max);
+        let sum: f64 = logits.iter().filter(|l| l.is_finite()).map(|&l| ((l - max) as f64).exp()).sum();
+        let log_z = max + sum.ln() as f32;
+        let logprob = |l: f32| if l.is_finite() { l - log_z } else { f32::NEG_INFINITY };
+        let mut best: Vec<(u32, f32)> = logits.iter().enumerate().filter(|(_, l)| l.is_finite()).map(|(i, &l)| (i as u32, l)).collect();
+        let by_logit = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+        if top < best.len() && top > 0 {
+            best.select_nth_unstable_by(top - 1, by_logit);
+        }
+        best.truncate(top);
+        best.sort_by(by_logit);
+        Self {
+            token,
+            logprob: logits.get(token as usize).map_or(f32::NEG_INFINITY, |&l| logprob(l)),
+            top: best.into_iter().map(|(i, l)| (i, logprob(l))).collect(),
+        }
     }
 }
 
@@ -42,6 +132,22 @@ impl SamplingParams {
     /// a temperature with a top-k of at most `max_k`.
     pub fn needs_at_most(&self, max_k: usize) -> bool {
         !self.is_greedy() && (1..=max_k).contains(&self.top_k)
+    }
+
+    /// Whether each step needs the whole logits on the host: to bias or penalise them, or for
+    /// log-probabilities.
+    pub fn needs_logits(&self) -> bool {
+        self.penalties.is_active() || !self.logit_bias.is_empty() || self.logprobs.is_some()
+    }
+
+    /// Biases and penalties, in that order (`history`: the prompt and the reply so far).
+    pub fn adjust(&self, logits: &mut [f32], history: &[u32]) {
+        for &(token, bias) in &self.logit_bias {
+            if let Some(l) = logits.get_mut(token as usize) {
+                *l += bias;
+            }
+        }
+        self.penalties.apply(logits, history);
     }
 }
 
@@ -211,6 +317,32 @@ mod tests {
         assert!(!SamplingParams { temperature: 0.8, top_k: 0, ..Default::default() }.needs_at_most(64));
         assert!(!SamplingParams { temperature: 0.8, top_k: 65, ..Default::default() }.needs_at_most(64));
         assert!(!SamplingParams::greedy(1).needs_at_most(64));
+    }
+
+    #[test]
+    fn penalties_follow_llama_cpp() {
+        let p = Penalties { repetition: 2.0, frequency: 0.5, presence: 0.25, last_n: 4 };
+        let mut l = vec![4.0, -4.0, 1.0, 3.0, 8.0];
+        // Token 4 is outside the window; 0 occurs twice, 1 and 3 once.
+        p.apply(&mut l, &[4, 0, 1, 0, 3]);
+        assert_eq!(l, vec![4.0 / 2.0 - 1.0 - 0.25, -8.0 - 0.5 - 0.25, 1.0, 3.0 / 2.0 - 0.5 - 0.25, 8.0]);
+        let off = Penalties::default();
+        assert!(!off.is_active());
+        let mut same = vec![1.0, 2.0];
+        off.apply(&mut same, &[0, 1]);
+        assert_eq!(same, vec![1.0, 2.0]);
+    }
+
+    #[test]
+    fn logprobs_are_a_log_softmax_with_the_largest_first() {
+        let l = vec![1.0f32, 3.0, f32::NEG_INFINITY, 3.0, 0.5];
+        let lp = TokenLogprob::of(&l, 4, 3);
+        let z: f32 = l.iter().filter(|x| x.is_finite()).map(|x| x.exp()).sum::<f32>().ln();
+        assert!((lp.logprob - (0.5 - z)).abs() < 1e-6);
+        assert_eq!(lp.top.iter().map(|t| t.0).collect::<Vec<_>>(), vec![1, 3, 0]);
+        assert!((lp.top[0].1 - (3.0 - z)).abs() < 1e-6);
+        assert_eq!(TokenLogprob::of(&l, 2, 0).logprob, f32::NEG_INFINITY);
+        assert!(TokenLogprob::of(&l, 2, 0).top.is_empty());
     }
 
     #[test]

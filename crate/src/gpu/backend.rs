@@ -141,6 +141,24 @@ impl GpuBackend {
         }
     }
 
+    /// Copies pages' keys and values, every layer's: (source, destination) pairs.
+    pub fn copy_pages(&mut self, pairs: &[(u32, u32)]) {
+        if pairs.is_empty() {
+            return;
+        }
+        let page_bytes = self.pool.page_bytes_per_layer();
+        // WebGPU copies between two buffers only: through a page-sized one.
+        let scratch = self.gpu.storage("kv.copy_pages", page_bytes);
+        let mut enc = self.gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("kv.copy_pages") });
+        for buf in self.pool.k.iter().chain(&self.pool.v) {
+            for &(src, dst) in pairs {
+                enc.copy_buffer_to_buffer(buf, src as u64 * page_bytes, &scratch, 0, page_bytes);
+                enc.copy_buffer_to_buffer(&scratch, 0, buf, dst as u64 * page_bytes, page_bytes);
+            }
+        }
+        self.gpu.queue.submit([enc.finish()]);
+    }
+
     /// Dequantizes `words` (whole records, one per page) into `pages`.
     pub fn restore(&mut self, pages: &[u32], words: &[u32]) {
         if let Some(quant) = &self.quant {

@@ -35,4 +35,9 @@ impl KvPool {
             n_pages,
         }
     }
+
+    /// Bytes one page takes in one layer's K (or V) buffer.
+    pub fn page_bytes_per_layer(&self) -> u64 {
+        self.k.first().map_or(0, |b| b.size() / self.n_pages as u64)
+    }
 }

@@ -163,6 +163,27 @@ impl PrefixCache {
         self.free(&replaced);
     }
 
+    /// A second sequence holding `seq`'s tokens: sharing its shared pages and with fresh pages
+    /// in place of its own, whose data the caller copies (the (source, destination) pairs
+    /// returned). Also returns the pages evicted for them, as [`reserve`](Self::reserve) does.
+    /// Nothing changes when the pool cannot hold them.
+    #[allow(clippy::type_complexity)]
+    pub fn fork(&mut self, seq: &Sequence) -> Result<(Sequence, Vec<(u32, u32)>, Vec<CachedPage<u32>>), CacheError> {
+        let mut twin = Sequence { tokens: seq.tokens.clone(), pages: seq.pages[..seq.shared].to_vec(), shared: seq.shared, lock: seq.lock };
+        if let Some(node) = seq.lock {
+            self.tree.lock(node).expect("a sequence's lock is live");
+        }
+        let evicted = match self.reserve(&mut twin, seq.pages.len() * self.page_size) {
+            Ok(evicted) => evicted,
+            Err(e) => {
+                self.release(&mut twin);
+                return Err(e);
+            }
+        };
+        let copies = seq.pages[seq.shared..].iter().copied().zip(twin.pages[seq.shared..].iter().copied()).collect();
+        Ok((twin, copies, evicted))
+    }
+
     /// Drops a sequence: unlocks its shared prefix (which stays cached) and frees its own pages.
     pub fn release(&mut self, seq: &mut Sequence) {
         let private: Vec<u32> = seq.pages.drain(seq.shared.min(seq.pages.len())..).collect();
@@ -268,6 +289,30 @@ mod tests {
         c.release(&mut b);
         c.release(&mut d);
         assert!(accounted(&c, 0));
+    }
+
+    #[test]
+    fn a_fork_shares_whole_pages_and_copies_the_partial_one() {
+        let mut c = cache(5);
+        let prompt: Vec<u32> = (0..10).collect();
+        let mut a = Sequence::default();
+        request(&mut c, &mut a, &prompt).unwrap();
+        let (mut b, copies, evicted) = c.fork(&a).unwrap();
+        assert_eq!(b.tokens(), a.tokens());
+        assert_eq!(b.pages()[..2], a.pages()[..2]);
+        assert_eq!(copies, vec![(a.pages()[2], b.pages()[2])]);
+        assert!(evicted.is_empty());
+        // Five pages: two shared and three partial ones fill the pool; one more fork fails
+        // and changes nothing.
+        let (mut d, _, _) = c.fork(&a).unwrap();
+        assert_eq!(c.stats().free_pages, 0);
+        assert!(matches!(c.fork(&a), Err(CacheError::Full { .. })));
+        assert_eq!(c.stats().free_pages, 0);
+        for s in [&mut a, &mut b, &mut d] {
+            c.release(s);
+        }
+        assert!(accounted(&c, 0));
+        assert_eq!(c.stats().locked_pages, 0);
     }
 
     #[test]

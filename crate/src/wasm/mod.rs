@@ -13,11 +13,11 @@ use serde_json::json;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 
-use crate::engine::constraint::{ConstraintError, ResponseFormat};
-use crate::engine::sampling::SamplingParams;
+use crate::api::{self, RequestFields, Sampling};
+use crate::engine::constraint::ConstraintError;
 use crate::cpu::threads::{Seat, Spawner};
 use crate::cpu::{CpuError, CpuOptions};
-use crate::engine::{Engine, EngineError, EngineOptions, FinishReason, Generation, ModelLoader, Request, Step, Target};
+use crate::engine::{ChoiceStep, Choices, Engine, EngineError, EngineOptions, Generation, ModelLoader, Request, Target};
 use crate::gpu::context::{Gpu, GpuError, LimitsPolicy};
 use crate::kv::spill::idb_store::IdbStore;
 use crate::kv::spill::SpillFormat;
@@ -227,67 +227,11 @@ pub fn cpu_thread_run(seat: u32) {
     unsafe { Seat::from_raw(seat as usize) }.run()
 }
 
-/// Sampling fields shared by chat and completion requests (OpenAI's names and defaults).
-#[derive(Deserialize)]
-struct SamplingJson {
-    max_tokens: Option<usize>,
-    temperature: Option<f32>,
-    top_p: Option<f32>,
-    top_k: Option<usize>,
-    seed: Option<u64>,
-    #[serde(default)]
-    stop: Vec<String>,
-    /// Never choose an end-of-sequence token (benchmarks measure a fixed number of steps).
-    #[serde(default)]
-    ignore_eos: bool,
-    /// An OpenAI `response_format` object (with radixlm's `grammar` and `regex`).
-    response_format: Option<serde_json::Value>,
-}
-
-/// Replies are cut here when a request sets no `max_tokens`.
-const DEFAULT_MAX_TOKENS: usize = 1024;
-
-impl SamplingJson {
-    fn params(&self) -> Result<SamplingParams, JsValue> {
-        let temperature = self.temperature.unwrap_or(1.0);
-        if !(temperature.is_finite() && temperature >= 0.0) {
-            return Err(invalid(format!("temperature must be a number >= 0, got {temperature}")));
-        }
-        let top_p = self.top_p.unwrap_or(1.0);
-        if !(top_p > 0.0 && top_p <= 1.0) {
-            return Err(invalid(format!("top_p must be in (0, 1], got {top_p}")));
-        }
-        let max_tokens = self.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
-        if max_tokens == 0 {
-            return Err(invalid("max_tokens must be at least 1"));
-        }
-        Ok(SamplingParams {
-            temperature,
-            top_k: self.top_k.unwrap_or(0),
-            top_p,
-            // No seed: a fresh one per request, as OpenAI's API does (a fixed default would give
-            // every sampled reply to the same conversation the same words).
-            seed: self.seed.unwrap_or_else(|| (js_sys::Math::random() * (1u64 << 53) as f64) as u64),
-            max_tokens,
-            stop: self.stop.clone(),
-            ignore_eos: self.ignore_eos,
-            response_format: self.response_format.clone().map(ResponseFormat::from_json).transpose().map_err(invalid)?,
-        })
-    }
-}
-
-#[derive(Deserialize)]
-struct ChatJson {
-    messages: Vec<Message>,
-    #[serde(flatten)]
-    sampling: SamplingJson,
-}
-
-#[derive(Deserialize)]
-struct CompletionJson {
-    prompt: String,
-    #[serde(flatten)]
-    sampling: SamplingJson,
+/// A request's fields checked into sampling parameters and a choice count.
+fn sampling(req: &RequestFields, engine: &Engine) -> Result<Sampling, JsValue> {
+    // No seed: a fresh one per request, as OpenAI's API does (a fixed default would give every
+    // sampled reply to the same conversation the same words).
+    req.sampling(engine.cfg.vocab_size, || (js_sys::Math::random() * (1u64 << 53) as f64) as u64).map_err(invalid)
 }
 
 /// A prefix to pin: a conversation (rendered without opening the assistant's turn) or text.
@@ -306,7 +250,7 @@ struct State {
     engine: Engine,
     /// Why spilling is off although it was asked for.
     spill_note: Option<String>,
-    current: Option<Request>,
+    current: Option<Running>,
     /// A "done" event held back while the text it ends is given as a last "token" event.
     pending_done: Option<String>,
 }
@@ -330,7 +274,7 @@ impl WasmEngine {
 
     /// Starts a request on a fresh sequence; a request that fails to start releases whatever
     /// pages it had adopted.
-    fn begin(&self, start: impl FnOnce(&mut Engine, &mut Sequence) -> Result<Request, EngineError>) -> Result<(), JsValue> {
+    fn begin(&self, n: usize, logprobs: bool, start: impl FnOnce(&mut Engine, &mut Sequence) -> Result<Request, EngineError>) -> Result<(), JsValue> {
         let mut st = self.borrow()?;
         if st.current.is_some() || st.pending_done.is_some() {
             return Err(named_error("EngineBusyError", "a request is already running; requests must be queued"));
@@ -338,7 +282,7 @@ impl WasmEngine {
         let mut seq = Sequence::default();
         match start(&mut st.engine, &mut seq) {
             Ok(req) => {
-                st.current = Some(req);
+                st.current = Some(Running { choices: Choices::new(req, n), logprobs });
                 Ok(())
             }
             Err(e) => {
@@ -349,31 +293,28 @@ impl WasmEngine {
     }
 }
 
-fn finish_reason(f: FinishReason) -> &'static str {
-    match f {
-        FinishReason::Stop => "stop",
-        FinishReason::Length => "length",
-        FinishReason::ContextFull => "context_full",
-        FinishReason::Aborted => "abort",
+/// A request's choices in flight, and whether its events carry log-probabilities.
+struct Running {
+    choices: Choices,
+    logprobs: bool,
+}
+
+impl Running {
+    fn release(self, engine: &mut Engine) {
+        for mut seq in self.choices.into_sequences() {
+            engine.release(&mut seq);
+        }
     }
 }
 
-fn done_event(g: &Generation) -> String {
-    json!({
-        "type": "done",
-        "finish_reason": finish_reason(g.finish_reason),
-        "text": g.text,
-        "tokens": g.tokens,
-        "top2_gaps": g.top2_gaps,
-        "usage": {
-            "prompt_tokens": g.stats.prompt_tokens,
-            "completion_tokens": g.stats.generated_tokens,
-            "cached_tokens": g.stats.reused_tokens,
-            "restored_tokens": g.stats.restored_tokens,
-        },
-        "stats": g.stats,
-    })
-    .to_string()
+/// The last event of a request: every choice, the usage and the stats. Its `finish_reason` is
+/// "abort" when the request was aborted, else the first choice's.
+fn done_event(engine: &Engine, generations: &[Generation], logprobs: bool) -> String {
+    let mut done = api::result(&engine.tokenizer, generations, logprobs);
+    let aborted = generations.iter().any(|g| g.finish_reason == crate::engine::FinishReason::Aborted);
+    done["type"] = "done".into();
+    done["finish_reason"] = if aborted { "abort".into() } else { generations.first().map_or("abort", |g| api::finish_reason(g.finish_reason)).into() };
+    done.to_string()
 }
 
 #[wasm_bindgen]
@@ -401,20 +342,25 @@ impl WasmEngine {
     }
 
     pub fn start_chat(&self, request_json: &str) -> Result<(), JsValue> {
-        let req: ChatJson = parse(request_json, "chat request")?;
-        if req.messages.is_empty() {
-            return Err(invalid("messages must hold at least one message"));
-        }
-        let params = req.sampling.params()?;
-        self.begin(|engine, seq| engine.start_chat(seq, &req.messages, &params))
+        let req: RequestFields = parse(request_json, "chat request")?;
+        let messages = match (&req.messages, &req.prompt) {
+            (Some(m), None) if !m.is_empty() => m.clone(),
+            (_, Some(_)) => return Err(invalid("a chat request takes messages, not a prompt")),
+            _ => return Err(invalid("messages must hold at least one message")),
+        };
+        let s = sampling(&req, &self.borrow()?.engine)?;
+        self.begin(s.n, s.params.logprobs.is_some(), |engine, seq| engine.start_chat(seq, &messages, &s.params))
     }
 
     pub fn start_completion(&self, request_json: &str) -> Result<(), JsValue> {
-        let req: CompletionJson = parse(request_json, "completion request")?;
-        let params = req.sampling.params()?;
-        self.begin(|engine, seq| {
-            let prompt = engine.tokenizer.encode(&req.prompt, true)?;
-            engine.start(seq, &prompt, &params)
+        let req: RequestFields = parse(request_json, "completion request")?;
+        let (Some(prompt), None) = (&req.prompt, &req.messages) else {
+            return Err(invalid("a completion request takes a prompt (a string), not messages"));
+        };
+        let s = sampling(&req, &self.borrow()?.engine)?;
+        self.begin(s.n, s.params.logprobs.is_some(), |engine, seq| {
+            let prompt = engine.tokenizer.encode(prompt, true)?;
+            engine.start(seq, &prompt, &s.params)
         })
     }
 
@@ -427,26 +373,29 @@ impl WasmEngine {
                 return Ok(done.into());
             }
             let State { engine, current, pending_done, .. } = &mut *st;
-            let req = current.as_mut().ok_or_else(|| named_error("InvalidRequestError", "no request is running"))?;
-            let step = engine.step(req).await;
+            let run = current.as_mut().ok_or_else(|| named_error("InvalidRequestError", "no request is running"))?;
+            let step = engine.step_choices(&mut run.choices).await;
             let event = match step {
-                Ok(Step::Prefill { done, total }) => json!({ "type": "prefill", "done": done, "total": total }).to_string(),
-                Ok(Step::Token { token, text }) => json!({ "type": "token", "token": token, "text": text }).to_string(),
-                Ok(Step::Done { generation, tail }) => {
-                    if let Some(req) = current.take() {
-                        engine.release(&mut req.into_sequence());
+                Ok(ChoiceStep::Prefill { done, total }) => json!({ "type": "prefill", "done": done, "total": total }).to_string(),
+                Ok(ChoiceStep::Token { index, token, text }) => {
+                    let logprob = run.logprobs.then(|| run.choices.last_logprob(index).map(|lp| api::logprob_entry(&engine.tokenizer, lp))).flatten();
+                    json!({ "type": "token", "index": index, "token": token, "text": text, "logprob": logprob }).to_string()
+                }
+                Ok(ChoiceStep::ChoiceDone { index, tail }) => {
+                    let done = json!({ "type": "choice_done", "index": index }).to_string();
+                    tail_then(index, tail, done, pending_done)
+                }
+                Ok(ChoiceStep::Done { generations, tail }) => {
+                    let logprobs = run.logprobs;
+                    let index = run.choices.n() - 1;
+                    if let Some(run) = current.take() {
+                        run.release(engine);
                     }
-                    let done = done_event(&generation);
-                    if tail.is_empty() {
-                        done
-                    } else {
-                        *pending_done = Some(done);
-                        json!({ "type": "token", "token": -1, "text": tail }).to_string()
-                    }
+                    tail_then(index, tail, done_event(engine, &generations, logprobs), pending_done)
                 }
                 Err(e) => {
-                    if let Some(req) = current.take() {
-                        engine.release(&mut req.into_sequence());
+                    if let Some(run) = current.take() {
+                        run.release(engine);
                     }
                     return Err(js_error(&e, Phase::Request));
                 }
@@ -458,14 +407,14 @@ impl WasmEngine {
     /// Ends the current request between steps; its "done" event (JSON), or "null" when none runs.
     pub fn abort(&self) -> Result<String, JsValue> {
         let mut st = self.borrow()?;
-        if let Some(done) = st.pending_done.take() {
-            return Ok(done);
-        }
+        // A held-back "done" ends the request; a held-back "choice_done" is dropped by the abort.
+        let pending = st.pending_done.take();
         let State { engine, current, .. } = &mut *st;
-        let Some(mut req) = current.take() else { return Ok("null".into()) };
-        let generation = engine.abort(&mut req);
-        engine.release(&mut req.into_sequence());
-        Ok(done_event(&generation))
+        let Some(mut run) = current.take() else { return Ok(pending.unwrap_or_else(|| "null".into())) };
+        let generations = engine.abort_choices(&mut run.choices);
+        let done = done_event(engine, &generations, run.logprobs);
+        run.release(engine);
+        Ok(done)
     }
 
     pub fn stats(&self) -> Result<String, JsValue> {
@@ -546,6 +495,15 @@ impl WasmEngine {
     pub fn device_lost_reason(&self) -> Option<String> {
         self.state.try_borrow().ok().and_then(|st| st.engine.gpu().and_then(|gpu| gpu.lost_reason()))
     }
+}
+
+/// A choice's held-back text as a "token" event first (the event `then` held back), or `then`.
+fn tail_then(index: usize, tail: String, then: String, pending: &mut Option<String>) -> String {
+    if tail.is_empty() {
+        return then;
+    }
+    *pending = Some(then);
+    json!({ "type": "token", "index": index, "token": -1, "text": tail, "logprob": null }).to_string()
 }
 
 fn prefix_tokens(engine: &mut Engine, prefix: &PrefixJson) -> Result<Vec<u32>, EngineError> {

@@ -1,0 +1,191 @@
+//! OpenAI's request and response shapes as the engine's surfaces take and give them (the wasm
+//! engine the package drives, the CLI's `--json`): the request's fields checked into
+//! [`SamplingParams`] in one place, and the response's choices, log-probabilities and usage.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::engine::choices::merged_stats;
+use crate::engine::constraint::ResponseFormat;
+use crate::engine::sampling::{Penalties, SamplingParams, TokenLogprob};
+use crate::engine::{FinishReason, Generation};
+use crate::tokenizer::{Message, Tokenizer};
+
+/// Replies are cut here when a request sets no `max_tokens`.
+pub const DEFAULT_MAX_TOKENS: usize = 1024;
+/// Most choices (`n`) one request may ask for.
+pub const MAX_CHOICES: usize = 16;
+/// Most alternatives per token (`top_logprobs`), as OpenAI's API allows.
+pub const MAX_TOP_LOGPROBS: usize = 20;
+
+/// A chat (`messages`) or text completion (`prompt`) request: OpenAI's fields with radixlm's
+/// extras (`top_k`, `ignore_eos`, `repetition_penalty`, `penalty_last_n`, the `grammar` and
+/// `regex` response formats). A field it does not know is an error, never ignored.
+#[derive(Deserialize, Default, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct RequestFields {
+    pub messages: Option<Vec<Message>>,
+    pub prompt: Option<String>,
+    pub max_tokens: Option<usize>,
+    /// OpenAI's newer name for `max_tokens`.
+    pub max_completion_tokens: Option<usize>,
+    pub temperature: Option<f32>,
+    pub top_p: Option<f32>,
+    pub top_k: Option<usize>,
+    pub seed: Option<u64>,
+    #[serde(default)]
+    pub stop: Vec<String>,
+    #[serde(default)]
+    pub ignore_eos: bool,
+    pub response_format: Option<Value>,
+    pub frequency_penalty: Option<f32>,
+    pub presence_penalty: Option<f32>,
+    pub repetition_penalty: Option<f32>,
+    pub penalty_last_n: Option<usize>,
+    /// Token ids (as strings, OpenAI's JSON keys) to the bias added to their logits.
+    pub logit_bias: Option<BTreeMap<String, f32>>,
+    /// Chat: `true` with `top_logprobs` alternatives; text completion: the number of alternatives.
+    pub logprobs: Option<Logprobs>,
+    pub top_logprobs: Option<usize>,
+    pub n: Option<usize>,
+}
+
+#[derive(Deserialize, Debug, Clone, Copy)]
+#[serde(untagged)]
+pub enum Logprobs {
+    On(bool),
+    Top(usize),
+}
+
+/// A request's sampling as the engine takes it, and how many choices.
+#[derive(Debug, Clone)]
+pub struct Sampling {
+    pub params: SamplingParams,
+    pub n: usize,
+}
+
+fn range(field: &str, value: Option<f32>, lo: f32, hi: f32, default: f32) -> Result<f32, String> {
+    match value {
+        None => Ok(default),
+        Some(v) if v.is_finite() && (lo..=hi).contains(&v) => Ok(v),
+        Some(v) => Err(format!("{field} must be a number in [{lo}, {hi}], got {v}")),
+    }
+}
+
+impl RequestFields {
+    /// The sampling parameters, checked against a vocabulary of `vocab_size` tokens; `seed` is
+    /// used when the request sets none.
+    pub fn sampling(&self, vocab_size: usize, seed: impl FnOnce() -> u64) -> Result<Sampling, String> {
+        let temperature = self.temperature.unwrap_or(1.0);
+        if !(temperature.is_finite() && temperature >= 0.0) {
+            return Err(format!("temperature must be a number >= 0, got {temperature}"));
+        }
+        let top_p = self.top_p.unwrap_or(1.0);
+        if !(top_p > 0.0 && top_p <= 1.0) {
+            return Err(format!("top_p must be in (0, 1], got {top_p}"));
+        }
+        let max_tokens = match (self.max_tokens, self.max_completion_tokens) {
+            (Some(a), Some(b)) if a != b => return Err(format!("max_tokens ({a}) and max_completion_tokens ({b}) disagree: set one")),
+            (a, b) => a.or(b).unwrap_or(DEFAULT_MAX_TOKENS),
+        };
+        if max_tokens == 0 {
+            return Err("max_tokens must be at least 1".into());
+        }
+        let n = self.n.unwrap_or(1);
+        if !(1..=MAX_CHOICES).contains(&n) {
+            return Err(format!("n must be between 1 and {MAX_CHOICES}, got {n}"));
+        }
+        let logprobs = match (self.logprobs, self.top_logprobs) {
+            (None | Some(Logprobs::On(false)), Some(_)) => return Err("top_logprobs needs logprobs: true".into()),
+            (None | Some(Logprobs::On(false)), None) => None,
+            (Some(Logprobs::On(true)), top) => Some(top.unwrap_or(0)),
+            (Some(Logprobs::Top(top)), _) => Some(top),
+        };
+        if let Some(top) = logprobs.filter(|&t| t > MAX_TOP_LOGPROBS) {
+            return Err(format!("top_logprobs must be at most {MAX_TOP_LOGPROBS}, got {top}"));
+        }
+        let penalties = Penalties {
+            repetition: match self.repetition_penalty {
+                Some(r) if !(r.is_finite() && r > 0.0) => return Err(format!("repetition_penalty must be a number > 0, got {r}")),
+                r => r.unwrap_or(1.0),
+            },
+            frequency: range("frequency_penalty", self.frequency_penalty, -2.0, 2.0, 0.0)?,
+            presence: range("presence_penalty", self.presence_penalty, -2.0, 2.0, 0.0)?,
+            last_n: self.penalty_last_n.unwrap_or(Penalties::default().last_n),
+        };
+        let mut logit_bias = Vec::new();
+        for (key, &bias) in self.logit_bias.iter().flatten() {
+            let token = key.parse::<u32>().ok().filter(|&t| (t as usize) < vocab_size);
+            let token = token.ok_or_else(|| format!("logit_bias keys must be token ids below the vocabulary's {vocab_size}, got {key:?}"))?;
+            logit_bias.push((token, range("logit_bias values", Some(bias), -100.0, 100.0, 0.0)?));
+        }
+        let response_format = self.response_format.clone().map(ResponseFormat::from_json).transpose().map_err(|e| e.to_string())?;
+        let params = SamplingParams {
+            temperature,
+            top_k: self.top_k.unwrap_or(0),
+            top_p,
+            seed: self.seed.unwrap_or_else(seed),
+            max_tokens,
+            stop: self.stop.clone(),
+            ignore_eos: self.ignore_eos,
+            response_format,
+            penalties,
+            logit_bias,
+            logprobs,
+        };
+        Ok(Sampling { params, n })
+    }
+}
+
+/// A token as OpenAI's log-probability entries name it: its text (bytes that are not UTF-8 on
+/// their own shown as U+FFFD) and its bytes.
+fn token_entry(tokenizer: &Tokenizer, token: u32, logprob: f32) -> Value {
+    let bytes = tokenizer.token_bytes(token).unwrap_or(&[]);
+    json!({ "token": String::from_utf8_lossy(bytes), "logprob": logprob, "bytes": bytes })
+}
+
+/// One token's entry of OpenAI's chat `logprobs.content`.
+pub fn logprob_entry(tokenizer: &Tokenizer, lp: &TokenLogprob) -> Value {
+    let mut entry = token_entry(tokenizer, lp.token, lp.logprob);
+    entry["top_logprobs"] = lp.top.iter().map(|&(t, l)| token_entry(tokenizer, t, l)).collect();
+    entry
+}
+
+pub fn finish_reason(f: FinishReason) -> &'static str {
+    match f {
+        FinishReason::Stop => "stop",
+        FinishReason::Length => "length",
+        FinishReason::ContextFull => "context_full",
+        FinishReason::Aborted => "abort",
+    }
+}
+
+/// One choice: its text, finish reason, tokens, top-2 gaps and (when asked) log-probabilities.
+pub fn choice(tokenizer: &Tokenizer, index: usize, g: &Generation, logprobs: bool) -> Value {
+    json!({
+        "index": index,
+        "text": g.text,
+        "finish_reason": finish_reason(g.finish_reason),
+        "tokens": g.tokens,
+        "top2_gaps": g.top2_gaps,
+        "logprobs": logprobs.then(|| g.logprobs.iter().map(|lp| logprob_entry(tokenizer, lp)).collect::<Vec<_>>()),
+    })
+}
+
+/// A request's result over its choices: each choice, the usage (the prompt counted once, as it
+/// was computed once) and the merged stats.
+pub fn result(tokenizer: &Tokenizer, generations: &[Generation], logprobs: bool) -> Value {
+    let Some(first) = generations.first() else { return json!({ "choices": [] }) };
+    json!({
+        "choices": generations.iter().enumerate().map(|(i, g)| choice(tokenizer, i, g, logprobs)).collect::<Vec<_>>(),
+        "usage": {
+            "prompt_tokens": first.stats.prompt_tokens,
+            "completion_tokens": generations.iter().map(|g| g.stats.generated_tokens).sum::<usize>(),
+            "cached_tokens": first.stats.reused_tokens,
+            "restored_tokens": first.stats.restored_tokens,
+        },
+        "stats": merged_stats(generations),
+    })
+}
