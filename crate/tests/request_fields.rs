@@ -171,7 +171,7 @@ fn request_fields_are_checked_by_name() {
     };
     assert!(check(r#"{"prompt": "x", "n": 2, "logprobs": true, "top_logprobs": 3, "logit_bias": {"42": -5}, "frequency_penalty": 0.5, "max_completion_tokens": 8}"#).is_ok());
     assert!(check(r#"{"prompt": "x", "logprobs": 4, "max_tokens": 8, "max_completion_tokens": 8}"#).is_ok());
-    fails(r#"{"prompt": "x", "tools": []}"#, "unknown field `tools`");
+    fails(r#"{"prompt": "x", "prediction": {}}"#, "unknown field `prediction`");
     fails(r#"{"prompt": "x", "best_of": 2}"#, "unknown field `best_of`");
     fails(r#"{"prompt": "x", "n": 0}"#, "n must be between 1 and 16");
     fails(r#"{"prompt": "x", "n": 17}"#, "n must be between 1 and 16");

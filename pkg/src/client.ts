@@ -10,16 +10,21 @@ import {
   WebGPUUnavailableError,
   fromWire,
 } from "./errors.js";
+import { mapChoices } from "./engine_json.js";
 import { CACHE_NAME } from "./model_source.js";
-import type { Call, CallKind, Calls, ChatParams, CompletionParams, FromWorker, Generation, ToWorker } from "./protocol.js";
+import type { Call, CallKind, Calls, ChatParams, CompletionParams, FromWorker, GeneratedChoice, Generation, ToWorker } from "./protocol.js";
 import type { AbortCounts } from "./errors.js";
 import type {
   ChatCompletion,
+  ChatChoice,
   ChatCompletionChunk,
+  ChatDelta,
+  ChatLogprobs,
   ChatCompletionRequest,
   ChatCompletions,
   Completion,
   CompletionChunk,
+  CompletionLogprobs,
   CompletionRequest,
   Completions,
   DeviceLostEvent,
@@ -30,6 +35,8 @@ import type {
   LoadProgress,
   ModelInfo,
   SamplingRequest,
+  TokenLogprob,
+  ToolCall,
   Usage,
 } from "./types.js";
 import { checkChatRequest, checkCompletionRequest, checkEngineOptions, checkPrefix } from "./validate.js";
@@ -64,7 +71,7 @@ export async function clearModelCache(): Promise<void> {
 /** What a call's events go to. */
 interface Listeners {
   onProgress?: ((progress: LoadProgress) => void) | undefined;
-  onToken?: ((text: string) => void) | undefined;
+  onToken?: ((index: number, text: string, logprob: TokenLogprob | null) => void) | undefined;
 }
 
 interface Pending extends Listeners {
@@ -162,7 +169,7 @@ class WorkerLink {
       case "progress":
         return pending.onProgress?.(message.progress);
       case "token":
-        return pending.onToken?.(message.text);
+        return pending.onToken?.(message.index, message.text, message.logprob);
       case "return":
         this.pending.delete(message.id);
         return pending.resolve(message.value);
@@ -237,7 +244,7 @@ function generate(
   link: WorkerLink,
   request: ChatParams | CompletionParams,
   signal: AbortSignal | undefined,
-  stream?: { onToken(text: string): void; onAbort(): void },
+  stream?: { onToken(index: number, text: string, logprob: TokenLogprob | null): void; onAbort(): void },
 ): { result: Promise<Generation>; abort(): void } {
   if (signal?.aborted) return { result: Promise.reject(new AbortError(NOT_STARTED)), abort() {} };
   const call = link.start("generate", { request, stream: stream !== undefined }, { onToken: stream?.onToken });
@@ -288,13 +295,20 @@ function head(prefix: string, model: string): Head {
   return { id: `${prefix}-${crypto.randomUUID().replaceAll("-", "")}`, created: Math.floor(Date.now() / 1000), model };
 }
 
+/** The request's figures, on a whole response and on a stream's last chunk: the first choice's tokens and gaps besides. */
+function extras(g: Generation) {
+  return { usage: usage(g), stats: g.stats, tokens: g.choices[0].tokens, top2_gaps: g.choices[0].top2Gaps };
+}
+
 /** How one kind of request shapes its responses. */
 interface Shapes<Whole, Chunk> {
   whole(g: Generation): Whole;
-  /** A text piece; `first` for the first one. */
-  piece(text: string, first: boolean): Chunk;
-  /** The final chunk: no text, the finish reason and the counts. */
-  last(g: Generation): Chunk;
+  /** A text piece of choice `index` (and its token's log-probabilities), or nothing to show yet. */
+  piece(index: number, text: string, logprob: TokenLogprob | null): Chunk | null;
+  /** Choice `index`'s last chunks: any calls, then its finish reason and tokens; on the request's last, the counts. */
+  last(g: Generation, index: number, final: boolean): Chunk[];
+  /** `stream_options.include_usage`'s chunk: no choices, the usage. */
+  usage(g: Generation): Chunk;
 }
 
 /** Runs one request and resolves to the whole response, or to its chunks when it streams. */
@@ -306,18 +320,18 @@ async function respond<Whole, Chunk>(
 ): Promise<Whole | AsyncIterable<Chunk>> {
   if (options.stream !== true) return shapes.whole(await generate(link, request, options.signal).result);
   const stream = new ChunkStream<Chunk>(() => run.abort());
-  let first = true;
   const run = generate(link, request, options.signal, {
-    onToken(text) {
-      stream.push(shapes.piece(text, first));
-      first = false;
+    onToken(index, text, logprob) {
+      const chunk = shapes.piece(index, text, logprob);
+      if (chunk) stream.push(chunk);
     },
     // The next iteration throws the AbortError, not the chunks still on their way.
     onAbort: () => stream.halt(),
   });
   run.result.then(
     (g) => {
-      stream.push(shapes.last(g));
+      g.choices.forEach((_, i) => shapes.last(g, i, i === g.choices.length - 1).forEach((chunk) => stream.push(chunk)));
+      if (options.stream_options?.include_usage === true) stream.push(shapes.usage(g));
       stream.end();
     },
     (error: RadixlmError) => stream.end(error),
@@ -325,57 +339,142 @@ async function respond<Whole, Chunk>(
   return stream;
 }
 
-function chatShapes(h: Head): Shapes<ChatCompletion, ChatCompletionChunk> {
-  const chunk = "chat.completion.chunk" as const;
+function chatLogprobs(logprobs: TokenLogprob[] | null): ChatLogprobs | null {
+  return logprobs && { content: logprobs, refusal: null };
+}
+
+/** Ids for a reply's calls. */
+function withIds(calls: { name: string; arguments: string }[]): ToolCall[] {
+  return calls.map((c) => ({ id: `call_${crypto.randomUUID().replaceAll("-", "").slice(0, 24)}`, type: "function", function: { name: c.name, arguments: c.arguments } }));
+}
+
+function chatMessage(c: GeneratedChoice): ChatChoice["message"] {
+  return c.toolCalls ? { role: "assistant", content: null, tool_calls: withIds(c.toolCalls) } : { role: "assistant", content: c.text };
+}
+
+/**
+ * A streamed choice that may be tool calls: a reply of calls opens with "<" (text may not, by
+ * the grammar), so the first character says which. Calls are held back and given whole at the
+ * end; text streams, with log-probabilities held while nothing is shown.
+ */
+class ChatStreamChoice {
+  private mode: "undecided" | "text" | "calls";
+  private started = false;
+  private held: TokenLogprob[] = [];
+
+  constructor(calls: boolean) {
+    this.mode = calls ? "undecided" : "text";
+  }
+
+  /** The delta and log-probabilities to send for a piece, or null to send nothing yet. */
+  piece(text: string, logprob: TokenLogprob | null): { delta: ChatDelta; logprobs: TokenLogprob[] } | null {
+    if (this.mode === "undecided" && text !== "") this.mode = text.startsWith("<") ? "calls" : "text";
+    if (this.mode === "calls") return null;
+    if (logprob) this.held.push(logprob);
+    if (this.mode === "undecided" || (text === "" && !logprob)) return null;
+    const delta: ChatDelta = this.started ? { content: text } : { role: "assistant", content: text };
+    this.started = true;
+    const logprobs = this.held;
+    this.held = [];
+    return { delta, logprobs };
+  }
+
+  /** The delta carrying a reply's calls. */
+  calls(calls: ToolCall[]): ChatDelta {
+    const tool_calls = calls.map((c, index) => ({ index, ...c }));
+    return this.started ? { tool_calls } : { role: "assistant", tool_calls };
+  }
+}
+
+function chatShapes(h: Head, calls: boolean): Shapes<ChatCompletion, ChatCompletionChunk> {
+  const object = "chat.completion.chunk" as const;
+  const streamed = new Map<number, ChatStreamChoice>();
+  const choice = (index: number) => {
+    const known = streamed.get(index);
+    if (known) return known;
+    const fresh = new ChatStreamChoice(calls);
+    streamed.set(index, fresh);
+    return fresh;
+  };
   return {
     whole: (g) => ({
       ...h,
       object: "chat.completion",
-      choices: [{ index: 0, message: { role: "assistant", content: g.text }, finish_reason: g.finishReason, logprobs: null }],
-      usage: usage(g),
-      stats: g.stats,
-      tokens: g.tokens,
-      top2_gaps: g.top2Gaps,
+      choices: mapChoices(g.choices, (c, index) => ({
+        index,
+        message: chatMessage(c),
+        finish_reason: c.finishReason,
+        logprobs: chatLogprobs(c.logprobs),
+        tokens: c.tokens,
+        top2_gaps: c.top2Gaps,
+      })),
+      ...extras(g),
     }),
-    piece: (content, first) => ({
-      ...h,
-      object: chunk,
-      choices: [{ index: 0, delta: first ? { role: "assistant", content } : { content }, finish_reason: null }],
-    }),
-    last: (g) => ({
-      ...h,
-      object: chunk,
-      choices: [{ index: 0, delta: {}, finish_reason: g.finishReason }],
-      usage: usage(g),
-      stats: g.stats,
-      tokens: g.tokens,
-      top2_gaps: g.top2Gaps,
-    }),
+    piece: (index, text, logprob) => {
+      const shown = choice(index).piece(text, logprob);
+      if (!shown) return null;
+      const logprobs = shown.logprobs.length > 0 ? { logprobs: chatLogprobs(shown.logprobs) } : {};
+      return { ...h, object, choices: [{ index, delta: shown.delta, finish_reason: null, ...logprobs }] };
+    },
+    last: (g, index, final) => {
+      const c = g.choices[index]!;
+      const chunks: ChatCompletionChunk[] = [];
+      if (c.toolCalls) chunks.push({ ...h, object, choices: [{ index, delta: choice(index).calls(withIds(c.toolCalls)), finish_reason: null }] });
+      const end: ChatCompletionChunk = { ...h, object, choices: [{ index, delta: {}, finish_reason: c.finishReason }], tokens: c.tokens, top2_gaps: c.top2Gaps };
+      chunks.push(final ? { ...end, usage: usage(g), stats: g.stats } : end);
+      return chunks;
+    },
+    usage: (g) => ({ ...h, object, choices: [], usage: usage(g) }),
   };
+}
+
+/** OpenAI's legacy log-probabilities of one choice's tokens, given in order (their text offsets counted as they come). */
+class LegacyLogprobs {
+  private readonly decoder = new TextDecoder();
+  private offset = 0;
+
+  of(logprobs: TokenLogprob[]): CompletionLogprobs {
+    const out: CompletionLogprobs = { tokens: [], token_logprobs: [], top_logprobs: [], text_offset: [] };
+    for (const lp of logprobs) {
+      out.tokens.push(lp.token);
+      out.token_logprobs.push(lp.logprob);
+      out.top_logprobs.push(Object.fromEntries(lp.top_logprobs.map((t) => [t.token, t.logprob])));
+      out.text_offset.push(this.offset);
+      this.offset += this.decoder.decode(Uint8Array.from(lp.bytes), { stream: true }).length;
+    }
+    return out;
+  }
 }
 
 function completionShapes(h: Head): Shapes<Completion, CompletionChunk> {
   const object = "text_completion" as const;
+  const streamed = new Map<number, LegacyLogprobs>();
   return {
     whole: (g) => ({
       ...h,
       object,
-      choices: [{ index: 0, text: g.text, finish_reason: g.finishReason, logprobs: null }],
-      usage: usage(g),
-      stats: g.stats,
-      tokens: g.tokens,
-      top2_gaps: g.top2Gaps,
+      choices: mapChoices(g.choices, (c, index) => ({
+        index,
+        text: c.text,
+        finish_reason: c.finishReason,
+        logprobs: c.logprobs && new LegacyLogprobs().of(c.logprobs),
+        tokens: c.tokens,
+        top2_gaps: c.top2Gaps,
+      })),
+      ...extras(g),
     }),
-    piece: (text) => ({ ...h, object, choices: [{ index: 0, text, finish_reason: null }] }),
-    last: (g) => ({
-      ...h,
-      object,
-      choices: [{ index: 0, text: "", finish_reason: g.finishReason }],
-      usage: usage(g),
-      stats: g.stats,
-      tokens: g.tokens,
-      top2_gaps: g.top2Gaps,
-    }),
+    piece: (index, text, logprob) => {
+      if (!logprob) return { ...h, object, choices: [{ index, text, finish_reason: null }] };
+      const legacy = streamed.get(index) ?? new LegacyLogprobs();
+      streamed.set(index, legacy);
+      return { ...h, object, choices: [{ index, text, finish_reason: null, logprobs: legacy.of([logprob]) }] };
+    },
+    last: (g, index, final) => {
+      const c = g.choices[index]!;
+      const chunk: CompletionChunk = { ...h, object, choices: [{ index, text: "", finish_reason: c.finishReason }], tokens: c.tokens, top2_gaps: c.top2Gaps };
+      return [final ? { ...chunk, usage: usage(g), stats: g.stats } : chunk];
+    },
+    usage: (g) => ({ ...h, object, choices: [], usage: usage(g) }),
   };
 }
 
@@ -389,7 +488,9 @@ class ChatCompletionsApi implements ChatCompletions {
   create(request: ChatCompletionRequest & { stream: true }): Promise<AsyncIterable<ChatCompletionChunk>>;
   create(request: ChatCompletionRequest): Promise<ChatCompletion | AsyncIterable<ChatCompletionChunk>>;
   async create(request: ChatCompletionRequest): Promise<ChatCompletion | AsyncIterable<ChatCompletionChunk>> {
-    return respond(this.link, checkChatRequest(request), request, chatShapes(head("chatcmpl", this.model)));
+    const params = checkChatRequest(request);
+    const calls = (params.tools?.length ?? 0) > 0 && params.tool_choice !== "none";
+    return respond(this.link, params, request, chatShapes(head("chatcmpl", this.model), calls));
   }
 }
 

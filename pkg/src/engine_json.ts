@@ -1,24 +1,39 @@
 // The JSON the wasm engine returns, and its conversion into the package's types (in the worker).
 
 import type { Generation } from "./protocol.js";
-import type { CacheStats, GenerationStats, ModelInfo } from "./types.js";
+import type { CacheStats, GenerationStats, ModelInfo, TokenLogprob } from "./types.js";
 
-/** The "done" event of a request: the whole reply and its counts. */
-export interface DoneEvent {
-  type: "done";
-  finish_reason: "stop" | "length" | "context_full" | "abort";
+type WasmFinish = "stop" | "length" | "tool_calls" | "context_full" | "abort";
+
+/** One choice of a "done" event. */
+interface DoneChoice {
+  index: number;
+  finish_reason: WasmFinish;
   text: string;
   tokens: number[];
   /** Each token's logit lead over the runner-up. */
   top2_gaps: number[];
+  logprobs: TokenLogprob[] | null;
+  tool_calls: { name: string; arguments: string }[] | null;
+}
+
+/** The "done" event of a request: every choice and the counts; "abort" if it was aborted, else the first choice's finish. */
+export interface DoneEvent {
+  type: "done";
+  finish_reason: WasmFinish;
+  choices: [DoneChoice, ...DoneChoice[]];
   usage: { prompt_tokens: number; completion_tokens: number; cached_tokens: number; restored_tokens: number };
   stats: GenerationStats;
 }
 
-/** What one WasmEngine.step() did. A token's text is "" while it is held back (partial UTF-8, maybe a stop string). */
+/**
+ * What one WasmEngine.step() did. A token's text is "" while it is held back (partial UTF-8,
+ * maybe a stop string); `index` is its choice. "choice_done": a choice ended, the next follows.
+ */
 export type StepEvent =
   | { type: "prefill"; done: number; total: number }
-  | { type: "token"; token: number; text: string }
+  | { type: "token"; index: number; token: number; text: string; logprob: TokenLogprob | null }
+  | { type: "choice_done"; index: number }
   | DoneEvent;
 
 /** WasmEngine.step()'s answer. */
@@ -27,13 +42,22 @@ export const parseStep = (json: string): StepEvent => JSON.parse(json) as StepEv
 /** WasmEngine.abort()'s answer: the "done" event, or null when no request was running. */
 export const parseAbort = (json: string): DoneEvent | null => JSON.parse(json) as DoneEvent | null;
 
+/** `map` over a non-empty list, keeping it non-empty. */
+export function mapChoices<T, U>(list: [T, ...T[]], f: (item: T, index: number) => U): [U, ...U[]] {
+  return list.map(f) as [U, ...U[]];
+}
+
 /** A finished request; "context_full" is reported as OpenAI's "length". */
 export function generation(done: DoneEvent): Generation {
   return {
-    text: done.text,
-    tokens: done.tokens,
-    top2Gaps: done.top2_gaps,
-    finishReason: done.finish_reason === "stop" ? "stop" : "length",
+    choices: mapChoices(done.choices, (c) => ({
+      text: c.text,
+      tokens: c.tokens,
+      top2Gaps: c.top2_gaps,
+      finishReason: c.finish_reason === "stop" || c.finish_reason === "tool_calls" ? c.finish_reason : "length",
+      logprobs: c.logprobs,
+      toolCalls: c.tool_calls,
+    })),
     usage: done.usage,
     stats: done.stats,
   };

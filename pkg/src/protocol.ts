@@ -3,7 +3,7 @@
 // "progress" (loading) or "token" (streaming) events with the same id.
 
 import type { WireError } from "./errors.js";
-import type { CacheStats, ChatMessage, DeviceLostEvent, GenerationStats, LoadProgress, ModelInfo, ResponseFormat } from "./types.js";
+import type { CacheStats, ChatMessageParam, DeviceLostEvent, FunctionTool, GenerationStats, LoadProgress, ModelInfo, ResponseFormat, TokenLogprob, ToolChoice } from "./types.js";
 
 /** Sampling fields as the wasm engine takes them (`stop` always a list). */
 export interface SamplingParams {
@@ -15,11 +15,24 @@ export interface SamplingParams {
   stop?: string[];
   ignore_eos?: boolean;
   response_format?: ResponseFormat;
+  max_completion_tokens?: number;
+  n?: number;
+  frequency_penalty?: number;
+  presence_penalty?: number;
+  repetition_penalty?: number;
+  penalty_last_n?: number;
+  logit_bias?: Record<string, number>;
+  /** A chat's `true` (with `top_logprobs`) or a completion's count of alternatives. */
+  logprobs?: boolean | number;
+  top_logprobs?: number;
 }
 
 /** A validated chat request, sent to WasmEngine.start_chat as JSON. */
 export interface ChatParams extends SamplingParams {
-  messages: ChatMessage[];
+  messages: ChatMessageParam[];
+  tools?: FunctionTool[];
+  tool_choice?: ToolChoice;
+  parallel_tool_calls?: boolean;
 }
 
 /** A validated text completion request, sent to WasmEngine.start_completion as JSON. */
@@ -28,7 +41,7 @@ export interface CompletionParams extends SamplingParams {
 }
 
 /** A prefix to pin or unpin, sent to WasmEngine.pin/unpin as JSON. */
-export type Prefix = { messages: ChatMessage[] } | { text: string };
+export type Prefix = { messages: ChatMessageParam[]; tools?: FunctionTool[] } | { text: string };
 
 /** The model as the page hands it over: an absolute URL, or bytes (transferred) or a Blob. */
 export type WireSource =
@@ -48,13 +61,22 @@ export interface LoaderOptions {
   spill_budget_bytes: number;
 }
 
-/** A finished generation; the page shapes it into an OpenAI response. */
-export interface Generation {
+/** One choice of a finished generation. */
+export interface GeneratedChoice {
   text: string;
   tokens: number[];
   /** Per token: its logit's lead over the runner-up's. */
   top2Gaps: number[];
-  finishReason: "stop" | "length";
+  finishReason: "stop" | "length" | "tool_calls";
+  /** Per token, when the request asked for log-probabilities. */
+  logprobs: TokenLogprob[] | null;
+  /** When the reply is tool calls: each call's name and arguments (the page gives them ids). */
+  toolCalls: { name: string; arguments: string }[] | null;
+}
+
+/** A finished generation; the page shapes it into an OpenAI response. */
+export interface Generation {
+  choices: [GeneratedChoice, ...GeneratedChoice[]];
   usage: { prompt_tokens: number; completion_tokens: number; cached_tokens: number; restored_tokens: number };
   stats: GenerationStats;
 }
@@ -97,5 +119,5 @@ export type FromWorker =
   | { kind: "return"; id: number; value: unknown }
   | { kind: "throw"; id: number; error: WireError }
   | { kind: "progress"; id: number; progress: LoadProgress }
-  | { kind: "token"; id: number; text: string }
+  | { kind: "token"; id: number; index: number; text: string; logprob: TokenLogprob | null }
   | { kind: "fatal"; error: WireError };

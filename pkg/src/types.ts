@@ -117,6 +117,42 @@ export interface ChatMessage {
   content: string;
 }
 
+/** A call the model made: `arguments` is JSON text valid against the function's `parameters`. */
+export interface ToolCall {
+  id: string;
+  type: "function";
+  function: { name: string; arguments: string };
+}
+
+/** An assistant turn that called tools, as a reply gave it (send it back as it came). */
+export interface AssistantToolCallMessage {
+  role: "assistant";
+  content: string | null;
+  tool_calls: ToolCall[];
+}
+
+/** A tool's result, answering the call `tool_call_id`. */
+export interface ToolMessage {
+  role: "tool";
+  tool_call_id: string;
+  content: string;
+}
+
+/** Any message of a request's conversation. */
+export type ChatMessageParam = ChatMessage | AssistantToolCallMessage | ToolMessage;
+
+/** A function the model may call (OpenAI's shape): `parameters` is a JSON Schema of its arguments object. */
+export interface FunctionTool {
+  type: "function";
+  function: { name: string; description?: string; parameters?: Record<string, unknown>; strict?: boolean | null };
+}
+
+/**
+ * Whether the reply may call tools: "auto" (the default with tools: text or calls), "none"
+ * (text), "required" (one or more calls), or one call of the named function.
+ */
+export type ToolChoice = "auto" | "none" | "required" | { type: "function"; function: { name: string } };
+
 /** Sampling and control fields shared by chat and text completions. */
 export interface SamplingRequest {
   /** Most tokens to generate (a positive integer). */
@@ -135,18 +171,74 @@ export interface SamplingRequest {
   ignore_eos?: boolean;
   /** Constrains the reply to JSON, a JSON Schema, a Lark grammar or a regex. */
   response_format?: ResponseFormat | null;
+  /** OpenAI's newer name for `max_tokens` (set one, or both to the same value). */
+  max_completion_tokens?: number | null;
+  /** How many choices to generate (1 to 16). The prompt is computed once; each choice is sampled with the seed plus its index. */
+  n?: number | null;
+  /** Lowers a token's logit by this much per time it occurs in the recent tokens (-2 to 2). */
+  frequency_penalty?: number | null;
+  /** Lowers the logit of a token that occurs in the recent tokens by this much (-2 to 2). */
+  presence_penalty?: number | null;
+  /**
+   * radixlm extra, llama.cpp's repetition penalty: a recent token's logit is divided by it
+   * (multiplied when negative). 1 is off; 1.1-1.3 stops a small model looping.
+   */
+  repetition_penalty?: number | null;
+  /** radixlm extra: how many recent tokens (prompt and reply) the penalties count. Default 64. */
+  penalty_last_n?: number | null;
+  /** Token id (as a string key) to a bias (-100 to 100) added to its logit; -100 all but bans it. */
+  logit_bias?: Record<string, number> | null;
   /** Aborts the request: it rejects (or its stream throws) with an AbortError. */
   signal?: AbortSignal;
   /** true: resolve to an async iterable of chunks as tokens arrive. */
   stream?: boolean | null;
+  /** With `stream`: `include_usage` adds a last chunk with empty `choices` and the request's `usage`. */
+  stream_options?: { include_usage?: boolean | null } | null;
+}
+
+/** One token's log-probability, OpenAI's shape (`bytes`: its UTF-8 bytes, which may be part of a character). */
+export interface TokenLogprob {
+  token: string;
+  logprob: number;
+  bytes: number[];
+  /** The likeliest tokens at this step, largest first (`top_logprobs` of them). */
+  top_logprobs: { token: string; logprob: number; bytes: number[] }[];
+}
+
+/** A chat choice's log-probabilities (with `logprobs: true`). */
+export interface ChatLogprobs {
+  content: TokenLogprob[] | null;
+  refusal: null;
+}
+
+/** A text completion choice's log-probabilities (with `logprobs: k`), OpenAI's legacy shape. */
+export interface CompletionLogprobs {
+  tokens: string[];
+  token_logprobs: number[];
+  /** Per token, the `k` likeliest tokens' log-probabilities by token text. */
+  top_logprobs: Record<string, number>[];
+  /** Per token, its offset in the choice's text (in UTF-16 code units, as JavaScript strings index). */
+  text_offset: number[];
 }
 
 /** A chat completion request, as OpenAI's `chat.completions.create` takes it. */
 export interface ChatCompletionRequest extends SamplingRequest {
   /** The whole conversation so far; the prefix cache reuses what earlier turns computed. */
-  messages: ChatMessage[];
+  messages: ChatMessageParam[];
+  /**
+   * Functions the model may call. They render first, before the conversation, so requests with
+   * the same tools share their cached pages; a call's arguments are held to the function's schema.
+   */
+  tools?: FunctionTool[] | null;
+  tool_choice?: ToolChoice | null;
+  /** false: at most one call per reply. Default true. */
+  parallel_tool_calls?: boolean | null;
   /** Ignored: the engine's model answers (accepted so OpenAI-style calls work unchanged). */
   model?: string;
+  /** Each token's log-probability in `choices[i].logprobs.content`. */
+  logprobs?: boolean | null;
+  /** With `logprobs`: this many likeliest alternatives per token (0 to 20). */
+  top_logprobs?: number | null;
 }
 
 /** A raw text completion request (the model's BOS token is added as the model wants). */
@@ -154,10 +246,13 @@ export interface CompletionRequest extends SamplingRequest {
   prompt: string;
   /** Ignored: the engine's model answers. */
   model?: string;
+  /** Each token's log-probability and this many likeliest alternatives' (0 to 20), in `choices[i].logprobs`. */
+  logprobs?: number | null;
 }
 
+
 /** Why generation ended: a stop token or string, or max_tokens or the context was reached. */
-export type FinishReason = "stop" | "length";
+export type FinishReason = "stop" | "length" | "tool_calls";
 
 /** Token counts of one request. */
 export interface Usage {
@@ -172,7 +267,11 @@ export interface Usage {
   };
 }
 
-/** radixlm's timing of one request. */
+/**
+ * radixlm's timing of one request. With `n` choices: the prompt's figures are the first
+ * choice's (the others computed none of it), `generated_tokens` and the decode rate cover every
+ * choice, and `mask` is the worst choice's.
+ */
 export interface GenerationStats {
   prompt_tokens: number;
   /** Prompt tokens reused from the prefix cache on the GPU. */
@@ -212,6 +311,21 @@ export type ResponseFormat =
   | { type: "grammar"; grammar: string }
   | { type: "regex"; pattern: string };
 
+/** radixlm extras of a choice: its generated token ids, and per token its logit's lead over the runner-up's (under ~0.1: a near tie). */
+export interface ChoiceTokens {
+  tokens: number[];
+  top2_gaps: number[];
+}
+
+/** One choice of a whole chat reply. */
+export interface ChatChoice extends ChoiceTokens {
+  index: number;
+  /** A reply of calls has `content: null` and `tool_calls` (finish_reason "tool_calls"). */
+  message: { role: "assistant"; content: string | null; tool_calls?: ToolCall[] };
+  finish_reason: FinishReason;
+  logprobs: ChatLogprobs | null;
+}
+
 /** A whole chat reply. */
 export interface ChatCompletion {
   id: string;
@@ -219,33 +333,49 @@ export interface ChatCompletion {
   /** Unix time in seconds. */
   created: number;
   model: string;
-  choices: [
-    { index: 0; message: { role: "assistant"; content: string }; finish_reason: FinishReason; logprobs: null },
-  ];
+  /** `n` choices (one by default). */
+  choices: [ChatChoice, ...ChatChoice[]];
+  /** The prompt counted once, as it was computed once; the completion tokens of every choice. */
   usage: Usage;
-  /** radixlm extra: timings and cache reuse. */
+  /** radixlm extra: timings and cache reuse (over every choice: see {@link GenerationStats}). */
   stats: GenerationStats;
-  /** radixlm extra: the generated token ids. */
+  /** radixlm extra: the first choice's generated token ids. */
   tokens: number[];
-  /** radixlm extra: per generated token, its logit's lead over the runner-up's (under ~0.1: a near tie). */
+  /** radixlm extra: the first choice's top-2 logit gaps. */
   top2_gaps: number[];
 }
 
+/** What a chunk adds to its choice; a reply of calls comes as one delta holding them whole. */
+export interface ChatDelta {
+  role?: "assistant";
+  content?: string;
+  tool_calls?: (ToolCall & { index: number })[];
+}
+
 /**
- * One piece of a streamed chat reply. The first carries `delta.role`; the last has an empty
- * delta, `finish_reason`, `usage`, `stats`, `tokens` and `top2_gaps`. The `delta.content`s concatenated are
- * the reply.
+ * One piece of a streamed chat reply. A choice's first chunk carries `delta.role`; its last has an
+ * empty delta, `finish_reason`, and its `tokens` and `top2_gaps`; the request's last chunk also
+ * `usage` and `stats` (and with `stream_options.include_usage` one more follows, with no
+ * choices and the usage). A choice's `delta.content`s concatenated are its reply.
  */
 export interface ChatCompletionChunk {
   id: string;
   object: "chat.completion.chunk";
   created: number;
   model: string;
-  choices: [{ index: 0; delta: { role?: "assistant"; content?: string }; finish_reason: FinishReason | null }];
+  choices: { index: number; delta: ChatDelta; finish_reason: FinishReason | null; logprobs?: ChatLogprobs | null }[];
   usage?: Usage;
   stats?: GenerationStats;
   tokens?: number[];
   top2_gaps?: number[];
+}
+
+/** One choice of a whole text completion. */
+export interface CompletionChoice extends ChoiceTokens {
+  index: number;
+  text: string;
+  finish_reason: FinishReason;
+  logprobs: CompletionLogprobs | null;
 }
 
 /** A whole text completion. */
@@ -254,20 +384,20 @@ export interface Completion {
   object: "text_completion";
   created: number;
   model: string;
-  choices: [{ index: 0; text: string; finish_reason: FinishReason; logprobs: null }];
+  choices: [CompletionChoice, ...CompletionChoice[]];
   usage: Usage;
   stats: GenerationStats;
   tokens: number[];
   top2_gaps: number[];
 }
 
-/** One piece of a streamed text completion; the last has empty text, `finish_reason` and `usage`. */
+/** One piece of a streamed text completion; each choice's last has empty text and `finish_reason`, the request's last `usage` too. */
 export interface CompletionChunk {
   id: string;
   object: "text_completion";
   created: number;
   model: string;
-  choices: [{ index: 0; text: string; finish_reason: FinishReason | null }];
+  choices: { index: number; text: string; finish_reason: FinishReason | null; logprobs?: CompletionLogprobs | null }[];
   usage?: Usage;
   stats?: GenerationStats;
   tokens?: number[];
@@ -339,16 +469,20 @@ export interface Completions {
   create(request: CompletionRequest): Promise<Completion | AsyncIterable<CompletionChunk>>;
 }
 
+/** A prefix to pin: a conversation, raw text, or tools (and a conversation after them) as requests with those tools begin. */
+export type PrefixToPin = ChatMessageParam[] | string | { tools: FunctionTool[]; messages?: ChatMessageParam[] };
+
 /** `engine.cache`: the prefix cache, on the GPU and spilled to IndexedDB. */
 export interface EngineCache {
   /**
    * Keeps a prefix (messages as the chat template renders them, without opening the assistant
-   * turn, or raw text) in the cache until unpinned, computing it now if it is not cached.
+   * turn; `{ tools, messages }` as a request with those tools renders them; or raw text) in the
+   * cache until unpinned, computing it now if it is not cached.
    * Resolves to the number of pinned tokens (whole pages).
    */
-  pin(prefix: ChatMessage[] | string): Promise<number>;
+  pin(prefix: PrefixToPin): Promise<number>;
   /** Undoes one pin of the same prefix; false if it was not pinned. */
-  unpin(prefix: ChatMessage[] | string): Promise<boolean>;
+  unpin(prefix: PrefixToPin): Promise<boolean>;
   /** The cache's state (answered between engine steps, even while a request runs). */
   stats(): Promise<CacheStats>;
   /** Empties both tiers: every cached prefix not in use on the GPU, pinned ones too, and this model's pages in IndexedDB. */

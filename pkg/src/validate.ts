@@ -3,9 +3,9 @@
 
 import { InvalidRequestError } from "./errors.js";
 import type { ChatParams, CompletionParams, LoaderOptions, Prefix, SamplingParams, WireSource } from "./protocol.js";
-import type { ChatCompletionRequest, ChatMessage, CompletionRequest, EngineOptions, ResponseFormat, SamplingRequest } from "./types.js";
+import type { ChatCompletionRequest, ChatMessageParam, CompletionRequest, EngineOptions, FunctionTool, PrefixToPin, ResponseFormat, SamplingRequest, ToolChoice } from "./types.js";
 
-const ROLES = new Set(["system", "user", "assistant"]);
+const ROLES = new Set(["system", "user", "assistant", "tool"]);
 
 function invalid(field: string, must: string, value: unknown): InvalidRequestError {
   const shown = typeof value === "string" || Array.isArray(value) ? JSON.stringify(value) : String(value);
@@ -27,16 +27,62 @@ function number(field: string, value: unknown, must: string, ok: (n: number) => 
 const positiveInteger = (n: number) => Number.isSafeInteger(n) && n > 0;
 const naturalNumber = (n: number) => Number.isSafeInteger(n) && n >= 0;
 
-/** A conversation: a non-empty array of { role, content } with a known role and string content. */
-export function checkMessages(messages: unknown, field = "messages"): ChatMessage[] {
-  if (!Array.isArray(messages) || messages.length === 0) throw invalid(field, "a non-empty array of messages", messages);
-  return messages.map((message: unknown, i): ChatMessage => {
+/**
+ * A conversation: a non-empty array of { role, content } with a known role and string content
+ * (an assistant's that called tools may be null beside its `tool_calls`). The engine checks the
+ * calls and a tool message's `tool_call_id`.
+ */
+export function checkMessages(messages: unknown, field = "messages", allowEmpty = false): ChatMessageParam[] {
+  if (!Array.isArray(messages) || (messages.length === 0 && !allowEmpty)) throw invalid(field, "a non-empty array of messages", messages);
+  return messages.map((message: unknown, i): ChatMessageParam => {
     if (!isObject(message)) throw invalid(`${field}[${i}]`, "an object { role, content }", message);
     const { role, content } = message;
-    if (typeof role !== "string" || !ROLES.has(role)) throw invalid(`${field}[${i}].role`, '"system", "user" or "assistant"', role);
-    if (typeof content !== "string") throw invalid(`${field}[${i}].content`, "a string", content);
-    return { role: role as ChatMessage["role"], content };
+    if (typeof role !== "string" || !ROLES.has(role)) throw invalid(`${field}[${i}].role`, '"system", "user", "assistant" or "tool"', role);
+    const calls = role === "assistant" && message.tool_calls !== undefined;
+    if (calls && !Array.isArray(message.tool_calls)) throw invalid(`${field}[${i}].tool_calls`, "an array of tool calls", message.tool_calls);
+    if (typeof content !== "string" && !(calls && content === null)) throw invalid(`${field}[${i}].content`, "a string", content);
+    return message as unknown as ChatMessageParam;
   });
+}
+
+/** Tools and the choice among them: their shapes; names, schemas and the choice's name the engine checks. */
+function checkTools(request: ChatCompletionRequest): Pick<ChatParams, "tools" | "tool_choice" | "parallel_tool_calls"> {
+  const { tools, tool_choice } = request;
+  if (tools !== undefined && tools !== null && !(Array.isArray(tools) && tools.every(isObject))) throw invalid("tools", "an array of { type: \"function\", function }", tools);
+  if (tool_choice !== undefined && tool_choice !== null && typeof tool_choice !== "string" && !isObject(tool_choice)) {
+    throw invalid("tool_choice", '"auto", "none", "required" or { type: "function", function: { name } }', tool_choice);
+  }
+  return {
+    tools: (tools ?? undefined) as FunctionTool[] | undefined,
+    tool_choice: (tool_choice ?? undefined) as ToolChoice | undefined,
+    parallel_tool_calls: flag("parallel_tool_calls", request.parallel_tool_calls ?? undefined),
+  };
+}
+
+/** Fields every request may carry; the page's own (`signal`, `stream`, `stream_options`, `model`) stay here. */
+const SAMPLING_FIELDS = [
+  "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "seed", "stop", "ignore_eos", "response_format",
+  "n", "frequency_penalty", "presence_penalty", "repetition_penalty", "penalty_last_n", "logit_bias",
+  "signal", "stream", "stream_options", "model",
+];
+const CHAT_FIELDS = new Set([...SAMPLING_FIELDS, "messages", "logprobs", "top_logprobs", "tools", "tool_choice", "parallel_tool_calls"]);
+const COMPLETION_FIELDS = new Set([...SAMPLING_FIELDS, "prompt", "logprobs"]);
+
+/** A field this API does not take is refused by name, never ignored (tools, functions, audio, ...). */
+function knownFields(request: Record<string, unknown>, known: Set<string>): void {
+  const unknown = Object.keys(request).filter((key) => !known.has(key) && request[key] !== undefined);
+  if (unknown.length > 0) {
+    throw new InvalidRequestError(`${unknown.map((k) => JSON.stringify(k)).join(", ")} ${unknown.length === 1 ? "is not a field" : "are not fields"} of this request (radixlm does not support ${unknown.length === 1 ? "it" : "them"}).`);
+  }
+}
+
+/** A plain object of numbers (logit_bias), whose keys and ranges the engine checks. */
+function numberMap(field: string, value: unknown): Record<string, number> | undefined {
+  if (value === undefined || value === null) return undefined;
+  if (!isObject(value) || Array.isArray(value) || Object.values(value).some((v) => typeof v !== "number")) {
+    throw invalid(field, "an object of token ids to numbers", value);
+  }
+  return value as Record<string, number>;
 }
 
 function checkSampling(request: SamplingRequest): SamplingParams {
@@ -54,7 +100,22 @@ function checkSampling(request: SamplingRequest): SamplingParams {
     stop: stops,
     ignore_eos: flag("ignore_eos", request.ignore_eos),
     response_format: responseFormat(request.response_format),
+    // Their ranges are the engine's to check (crate/src/api.rs), once.
+    max_completion_tokens: number("max_completion_tokens", request.max_completion_tokens, "a positive integer", positiveInteger),
+    n: number("n", request.n, "a positive integer", positiveInteger),
+    frequency_penalty: number("frequency_penalty", request.frequency_penalty, "a number", () => true),
+    presence_penalty: number("presence_penalty", request.presence_penalty, "a number", () => true),
+    repetition_penalty: number("repetition_penalty", request.repetition_penalty, "a number", () => true),
+    penalty_last_n: number("penalty_last_n", request.penalty_last_n, "an integer >= 0", naturalNumber),
+    logit_bias: numberMap("logit_bias", request.logit_bias),
   };
+}
+
+function streamOptions(value: unknown): void {
+  if (value === undefined || value === null) return;
+  if (!isObject(value)) throw invalid("stream_options", "an object { include_usage }", value);
+  knownFields(value, new Set(["include_usage"]));
+  flag("stream_options.include_usage", value.include_usage ?? undefined);
 }
 
 const FORMATS = new Set(["text", "json_object", "json_schema", "grammar", "regex"]);
@@ -83,19 +144,37 @@ function checkRequest(request: unknown): asserts request is Record<string, unkno
 /** A chat request as the engine takes it. */
 export function checkChatRequest(request: ChatCompletionRequest): ChatParams {
   checkRequest(request);
-  return { ...checkSampling(request), messages: checkMessages(request.messages) };
+  knownFields(request, CHAT_FIELDS);
+  streamOptions(request.stream_options);
+  return {
+    ...checkSampling(request),
+    messages: checkMessages(request.messages),
+    ...checkTools(request),
+    logprobs: flag("logprobs", request.logprobs ?? undefined),
+    top_logprobs: number("top_logprobs", request.top_logprobs, "an integer >= 0", naturalNumber),
+  };
 }
 
 /** A text completion request as the engine takes it. */
 export function checkCompletionRequest(request: CompletionRequest): CompletionParams {
   checkRequest(request);
+  knownFields(request, COMPLETION_FIELDS);
+  streamOptions(request.stream_options);
   if (typeof request.prompt !== "string") throw invalid("prompt", "a string", request.prompt);
-  return { ...checkSampling(request), prompt: request.prompt };
+  return {
+    ...checkSampling(request),
+    prompt: request.prompt,
+    logprobs: number("logprobs", request.logprobs, "an integer >= 0", naturalNumber),
+  };
 }
 
-/** A prefix to pin: messages, or raw text. */
-export function checkPrefix(prefix: ChatMessage[] | string): Prefix {
-  return typeof prefix === "string" ? { text: prefix } : { messages: checkMessages(prefix, "prefix") };
+/** A prefix to pin: messages, raw text, or tools and the messages after them. */
+export function checkPrefix(prefix: PrefixToPin): Prefix {
+  if (typeof prefix === "string") return { text: prefix };
+  if (Array.isArray(prefix)) return { messages: checkMessages(prefix, "prefix") };
+  if (!isObject(prefix) || !Array.isArray(prefix.tools)) throw invalid("prefix", "messages, a string, or { tools, messages }", prefix);
+  knownFields(prefix, new Set(["tools", "messages"]));
+  return { tools: prefix.tools, messages: prefix.messages === undefined ? [] : checkMessages(prefix.messages, "prefix.messages", true) };
 }
 
 /** What createEngine sends the worker, and what it transfers. */

@@ -468,10 +468,12 @@ class Driver {
           prompt.prefilled = event.done;
         } else if (event.type === "token") {
           prompt.flowing = true;
-          if (call.stream && event.text !== "") {
-            this.post({ kind: "token", id: call.id, text: event.text });
+          if (call.stream && (event.text !== "" || event.logprob)) {
+            this.post({ kind: "token", id: call.id, index: event.index, text: event.text, logprob: event.logprob });
             job.emitted = true;
           }
+        } else if (event.type === "choice_done") {
+          // The next choice decodes from the same prompt pages.
         } else if (job.aborted || event.finish_reason === "abort") {
           throw new AbortError(abortCounts(job, event, prompt));
         } else {

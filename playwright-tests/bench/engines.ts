@@ -155,7 +155,7 @@ export class RadixlmEngine extends TabEngine {
         let last: Chunk | undefined;
         for await (const chunk of stream) {
           const choice = chunk.choices[0];
-          const piece = "delta" in choice ? (choice.delta.content ?? "") : choice.text;
+          const piece = choice === undefined ? "" : "delta" in choice ? (choice.delta.content ?? "") : choice.text;
           if (piece && ttft === undefined) ttft = performance.now() - started;
           text += piece;
           last = chunk;

@@ -69,7 +69,7 @@ test("a conversation sent whole each turn reuses every earlier turn, replies inc
       }
       expect(r.usage.completion_tokens).toBeGreaterThan(0);
       previous = { prompt: r.usage.prompt_tokens, completion: r.usage.completion_tokens };
-      messages.push({ role: "assistant", content: r.choices[0].message.content });
+      messages.push({ role: "assistant", content: r.choices[0].message.content ?? "" });
     });
   }
 });

@@ -19,6 +19,7 @@ import type {
   EngineOptions,
   LoadProgress,
   ModelInfo,
+  PrefixToPin,
   RadixlmModule,
 } from "./radixlm";
 
@@ -315,11 +316,11 @@ export class EngineHandle {
     return this.page.evaluate(async (id) => window.rx.engine(id).cache.clear(), this.id);
   }
 
-  pin(prefix: ChatMessage[] | string): Promise<number> {
+  pin(prefix: PrefixToPin): Promise<number> {
     return this.page.evaluate(async ({ id, prefix }) => window.rx.engine(id).cache.pin(prefix), { id: this.id, prefix });
   }
 
-  unpin(prefix: ChatMessage[] | string): Promise<boolean> {
+  unpin(prefix: PrefixToPin): Promise<boolean> {
     return this.page.evaluate(async ({ id, prefix }) => window.rx.engine(id).cache.unpin(prefix), { id: this.id, prefix });
   }
 
@@ -350,10 +351,10 @@ export async function clearModelCache(page: Page): Promise<void> {
 
 /** The reply text of a chat completion or a completion. */
 export function replyText(r: ChatCompletion | Completion): string {
-  return r.object === "chat.completion" ? r.choices[0].message.content : r.choices[0].text;
+  return r.object === "chat.completion" ? (r.choices[0].message.content ?? "") : r.choices[0].text;
 }
 
 /** The text a chat or completion chunk adds. */
 export function chunkText(c: ChatCompletionChunk | CompletionChunk): string {
-  return c.object === "chat.completion.chunk" ? (c.choices[0].delta.content ?? "") : c.choices[0].text;
+  return c.object === "chat.completion.chunk" ? (c.choices[0]?.delta.content ?? "") : (c.choices[0]?.text ?? "");
 }

@@ -28,8 +28,8 @@ test("a streamed reply arrives in pieces that add up to the non-streamed reply",
     for (const c of chunks) expect(c.object).toBe("chat.completion.chunk");
 
     const last = chunks.at(-1);
-    expect(last?.choices[0].finish_reason).toBe(whole.choices[0].finish_reason);
-    expect(last?.choices[0].delta.content ?? "", "the last chunk has an empty delta").toBe("");
+    expect(last?.choices[0]?.finish_reason).toBe(whole.choices[0].finish_reason);
+    expect(last?.choices[0]?.delta.content ?? "", "the last chunk has an empty delta").toBe("");
     expect(last?.usage).toMatchObject({
       prompt_tokens: whole.usage.prompt_tokens,
       completion_tokens: whole.usage.completion_tokens,
@@ -39,6 +39,6 @@ test("a streamed reply arrives in pieces that add up to the non-streamed reply",
     // The second request reuses the first's cached prompt: the same tokens, gaps within float noise.
     expect(last?.top2_gaps).toHaveLength(whole.top2_gaps.length);
     last?.top2_gaps?.forEach((g, i) => expect(Math.abs(g - (whole.top2_gaps[i] ?? NaN))).toBeLessThan(1e-2));
-    for (const c of chunks.slice(0, -1)) expect(c.choices[0].finish_reason).toBeNull();
+    for (const c of chunks.slice(0, -1)) expect(c.choices[0]?.finish_reason).toBeNull();
   });
 });

@@ -27,7 +27,7 @@ function ask(engine: EngineHandle, prompt: string, request: { response_format?: 
 
 /** The reply parsed and checked against the schema; a failure names the reply and Ajv's errors. */
 function expectValid(reply: ChatCompletion, schema: Record<string, unknown>, what: string): void {
-  const text = reply.choices[0].message.content;
+  const text = reply.choices[0].message.content ?? "";
   expect(reply.choices[0].finish_reason, `${what}: the grammar ended the reply: ${text}`).toBe("stop");
   let value: unknown;
   expect(() => (value = JSON.parse(text)), `${what}: JSON: ${text}`).not.toThrow();
@@ -52,7 +52,7 @@ test("every reply under a JSON Schema validates, greedy and sampled (cpu, the de
   // A JSON object, streamed: the deltas concatenated parse.
   const stream = await engine.streamChat({ temperature: 0, max_tokens: 160, response_format: { type: "json_object" }, messages: [{ role: "user", content: "Give a person's name and age as JSON." }] });
   expect(stream.error).toBeNull();
-  const text = stream.chunks.map((c) => c.choices[0].delta.content ?? "").join("");
+  const text = stream.chunks.map((c) => c.choices[0]?.delta.content ?? "").join("");
   expect(typeof JSON.parse(text), text).toBe("object");
 });
 

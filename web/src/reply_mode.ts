@@ -69,7 +69,7 @@ export async function* streamReply(
   if (mode === "chat") {
     const messages: ChatMessage[] = system.trim() ? [{ role: "system", content: system }, ...turns] : turns;
     for await (const chunk of await engine.chat.completions.create({ ...sampling, messages, stream: true })) {
-      yield { text: chunk.choices[0].delta.content ?? "", stats: replyStats(chunk.usage, chunk.stats) };
+      yield { text: chunk.choices[0]?.delta.content ?? "", stats: replyStats(chunk.usage, chunk.stats) };
     }
     return;
   }
@@ -77,7 +77,7 @@ export async function* streamReply(
   const stream = await engine.completions.create({ ...sampling, prompt: plainPrompt(system, turns), stop: "\nUser:", stream: true });
   let started = false;
   for await (const chunk of stream) {
-    let text = chunk.choices[0].text;
+    let text = chunk.choices[0]?.text ?? "";
     if (!started) {
       text = text.trimStart();
       started = text !== "";

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use radixlm::api::tools::ChatMessage;
 use radixlm::api::{self, Logprobs, RequestFields, Sampling};
 use radixlm::engine::sampling::SamplingParams;
 use radixlm::engine::session::ChatSession;
@@ -18,7 +19,7 @@ use radixlm::kv::spill::dir_store::DirStore;
 use radixlm::kv::spill::SpillFormat;
 use radixlm::model::synthetic::{SyntheticArch, SyntheticSpec};
 use radixlm::model::Config;
-use radixlm::tokenizer::{ChatTemplate, Message};
+use radixlm::tokenizer::ChatTemplate;
 
 const DEFAULT_MODEL: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
 
@@ -146,15 +147,14 @@ fn parse_bias(s: &str) -> Result<(String, f32), String> {
 }
 
 impl SamplingArgs {
-    /// The request's fields, checked as the wasm engine checks them.
+    /// The sampling, checked as the wasm engine checks a request's.
     fn sampling(&self, engine: &Engine, n: usize) -> Result<Sampling, AnyError> {
-        let response_format = match &self.response_format {
-            Some(path) => {
-                let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-                Some(serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?)
-            }
-            None => None,
-        };
+        Ok(self.fields(n)?.sampling(engine.cfg.vocab_size, || self.seed)?)
+    }
+
+    /// The request's sampling fields.
+    fn fields(&self, n: usize) -> Result<RequestFields, AnyError> {
+        let response_format = self.response_format.as_deref().map(read_json).transpose()?;
         let fields = RequestFields {
             max_tokens: Some(self.max_tokens),
             temperature: Some(self.temperature),
@@ -172,8 +172,14 @@ impl SamplingArgs {
             n: Some(n),
             ..Default::default()
         };
-        Ok(fields.sampling(engine.cfg.vocab_size, || self.seed)?)
+        Ok(fields)
     }
+}
+
+/// A JSON file's value, naming the file when it cannot be read or parsed.
+fn read_json<T: serde::de::DeserializeOwned>(path: &std::path::Path) -> Result<T, AnyError> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?)
 }
 
 #[derive(Subcommand)]
@@ -201,6 +207,13 @@ enum Command {
         /// sampled with the seed plus its index.
         #[arg(long, default_value_t = 1, requires = "json")]
         n: usize,
+        /// With --chat: a JSON file holding an OpenAI `tools` array; the reply may call them
+        /// (with --json, `choices[0].message.tool_calls`).
+        #[arg(long, requires = "chat")]
+        tools: Option<PathBuf>,
+        /// With --tools: "auto" (the default), "none", "required", or a function's name.
+        #[arg(long, requires = "tools")]
+        tool_choice: Option<String>,
         #[command(flatten)]
         sampling: SamplingArgs,
     },
@@ -421,18 +434,25 @@ fn write_behind(engine: &mut Engine) {
 fn run(cli: Cli) -> Result<(), AnyError> {
     match cli.command {
         Command::Info { model } => info(&model),
-        Command::Generate { model, prompt, chat, system, json, n, sampling } => {
+        Command::Generate { model, prompt, chat, system, json, n, tools, tool_choice, sampling } => {
             let mut engine = load_engine(&model, SpillDir::User)?;
-            let tokens = if chat {
-                let system = system.map(|content| Message { role: "system".into(), content });
-                let messages: Vec<Message> = system.into_iter().chain([Message { role: "user".into(), content: prompt }]).collect();
-                engine.chat_tokens(&messages)?
+            let mut fields = sampling.fields(n)?;
+            fields.tools = tools.as_deref().map(read_json).transpose()?;
+            fields.tool_choice = tool_choice.map(|c| match c.as_str() {
+                "auto" | "none" | "required" => c.into(),
+                name => serde_json::json!({ "type": "function", "function": { "name": name } }),
+            });
+            let message = |role: &str, content: String| ChatMessage { role: role.into(), content: Some(content), tool_calls: None, tool_call_id: None, name: None };
+            let (tokens, calls) = if chat {
+                fields.messages = Some(system.map(|s| message("system", s)).into_iter().chain([message("user", prompt)]).collect());
+                let (messages, calls) = fields.conversation()?;
+                (engine.chat_tokens(&messages)?, calls)
             } else {
-                engine.tokenizer.encode(&prompt, true)?
+                (engine.tokenizer.encode(&prompt, true)?, false)
             };
-            let sampling = sampling.sampling(&engine, n)?;
+            let sampling = fields.sampling(engine.cfg.vocab_size, || 0)?;
             if json {
-                return generate_json(&mut engine, &tokens, &sampling, chat);
+                return generate_json(&mut engine, &tokens, &sampling, chat, calls);
             }
             let mut seq = Sequence::default();
             let gen = generate_streaming(&mut engine, &mut seq, &tokens, &sampling.params)?;
@@ -547,7 +567,7 @@ fn generate_streaming(engine: &mut Engine, seq: &mut Sequence, tokens: &[u32], p
 
 /// Generates the reply's choices and prints them as one JSON line: OpenAI's response shape
 /// (a chat's `message`, a completion's `text`) with radixlm's figures beside it.
-fn generate_json(engine: &mut Engine, prompt: &[u32], sampling: &Sampling, chat: bool) -> Result<(), AnyError> {
+fn generate_json(engine: &mut Engine, prompt: &[u32], sampling: &Sampling, chat: bool, calls: bool) -> Result<(), AnyError> {
     let poller = engine.poller();
     let mut seq = Sequence::default();
     let mut choices = match engine.start(&mut seq, prompt, &sampling.params) {
@@ -569,11 +589,18 @@ fn generate_json(engine: &mut Engine, prompt: &[u32], sampling: &Sampling, chat:
     }
     let generations = generations?;
     write_behind(engine);
-    let mut out = api::result(&engine.tokenizer, &generations, sampling.params.logprobs.is_some());
-    for choice in out["choices"].as_array_mut().into_iter().flatten() {
+    let mut out = api::result(&engine.tokenizer, &generations, sampling.params.logprobs.is_some(), calls);
+    for (i, choice) in out["choices"].as_array_mut().into_iter().flatten().enumerate() {
         let text = choice["text"].take();
         if chat {
-            choice["message"] = serde_json::json!({ "role": "assistant", "content": text });
+            let tool_calls = choice["tool_calls"].take();
+            choice["message"] = match tool_calls.as_array() {
+                Some(calls) => {
+                    let calls: Vec<_> = calls.iter().enumerate().map(|(k, c)| serde_json::json!({ "id": format!("call_{i}_{k}"), "type": "function", "function": c })).collect();
+                    serde_json::json!({ "role": "assistant", "content": null, "tool_calls": calls })
+                }
+                None => serde_json::json!({ "role": "assistant", "content": text }),
+            };
             choice["logprobs"] = serde_json::json!({ "content": choice["logprobs"].take() });
         } else {
             choice["text"] = text;

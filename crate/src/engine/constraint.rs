@@ -59,7 +59,7 @@ impl ResponseFormat {
 
 /// JSON on one line with a space after each comma and colon, unless the schema sets its own
 /// layout (llguidance's `x-guidance`): with free whitespace a small model can pad forever.
-fn single_line(mut schema: serde_json::Value) -> serde_json::Value {
+pub(crate) fn single_line(mut schema: serde_json::Value) -> serde_json::Value {
     if let Some(object) = schema.as_object_mut() {
         object.entry("x-guidance").or_insert_with(|| serde_json::json!({ "whitespace_flexible": false, "item_separator": ", ", "key_separator": ": " }));
     }

@@ -67,6 +67,8 @@ pub enum EngineError {
     NoFiniteLogits,
     #[error("{0}")]
     Unsupported(&'static str),
+    #[error("{0}")]
+    InvalidRequest(String),
     #[error("out of memory: {0}")]
     OutOfMemory(String),
     #[error("internal error: {0}")]
@@ -451,11 +453,12 @@ impl Engine {
     fn begin(&mut self, seq: &mut Sequence, prompt: &[u32], params: &SamplingParams) -> Result<Request, EngineError> {
         self.backend.check()?;
         self.check_prompt(prompt)?;
+        // A response format's compilation counts toward the time to the first token.
+        let started = Instant::now();
         let constraint = match &params.response_format {
             Some(format) => self.grammars()?.constraint(format)?,
             None => None,
         };
-        let started = Instant::now();
         let reused = self.cache.adopt(seq, prompt);
         if let Err(e) = self.reserve(seq, prompt.len()) {
             self.cache.commit(seq);

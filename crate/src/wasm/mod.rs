@@ -13,6 +13,7 @@ use serde_json::json;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 
+use crate::api::tools::{self, ChatMessage, Tool};
 use crate::api::{self, RequestFields, Sampling};
 use crate::engine::constraint::ConstraintError;
 use crate::cpu::threads::{Seat, Spawner};
@@ -22,7 +23,6 @@ use crate::gpu::context::{Gpu, GpuError, LimitsPolicy};
 use crate::kv::spill::idb_store::IdbStore;
 use crate::kv::spill::SpillFormat;
 use crate::kv::Sequence;
-use crate::tokenizer::Message;
 
 #[wasm_bindgen(start)]
 fn start() {
@@ -59,7 +59,7 @@ fn js_error(e: &EngineError, phase: Phase) -> JsValue {
         },
         EngineError::OutOfMemory(_) => "OutOfMemoryError",
         EngineError::PromptTooLong { .. } | EngineError::Cache(_) => "PromptTooLongError",
-        EngineError::EmptyPrompt | EngineError::NoChatTemplate | EngineError::Unsupported(_) => "InvalidRequestError",
+        EngineError::EmptyPrompt | EngineError::NoChatTemplate | EngineError::Unsupported(_) | EngineError::InvalidRequest(_) => "InvalidRequestError",
         EngineError::Constraint(ConstraintError::Format(_)) => "InvalidRequestError",
         EngineError::LoaderFailed | EngineError::RequestOver | EngineError::Internal(_) | EngineError::Constraint(ConstraintError::Matcher(_)) => "InternalError",
     };
@@ -234,12 +234,20 @@ fn sampling(req: &RequestFields, engine: &Engine) -> Result<Sampling, JsValue> {
     req.sampling(engine.cfg.vocab_size, || (js_sys::Math::random() * (1u64 << 53) as f64) as u64).map_err(invalid)
 }
 
-/// A prefix to pin: a conversation (rendered without opening the assistant's turn) or text.
+/// A prefix to pin: text, or a conversation and its tools (rendered without opening the
+/// assistant's turn).
 #[derive(Deserialize)]
-#[serde(untagged)]
+#[serde(untagged, deny_unknown_fields)]
 enum PrefixJson {
-    Messages { messages: Vec<Message> },
-    Text { text: String },
+    Text {
+        text: String,
+    },
+    Conversation {
+        #[serde(default)]
+        tools: Vec<Tool>,
+        #[serde(default)]
+        messages: Vec<ChatMessage>,
+    },
 }
 
 fn parse<T: serde::de::DeserializeOwned>(json: &str, what: &str) -> Result<T, JsValue> {
@@ -274,7 +282,7 @@ impl WasmEngine {
 
     /// Starts a request on a fresh sequence; a request that fails to start releases whatever
     /// pages it had adopted.
-    fn begin(&self, n: usize, logprobs: bool, start: impl FnOnce(&mut Engine, &mut Sequence) -> Result<Request, EngineError>) -> Result<(), JsValue> {
+    fn begin(&self, n: usize, logprobs: bool, calls: bool, start: impl FnOnce(&mut Engine, &mut Sequence) -> Result<Request, EngineError>) -> Result<(), JsValue> {
         let mut st = self.borrow()?;
         if st.current.is_some() || st.pending_done.is_some() {
             return Err(named_error("EngineBusyError", "a request is already running; requests must be queued"));
@@ -282,7 +290,7 @@ impl WasmEngine {
         let mut seq = Sequence::default();
         match start(&mut st.engine, &mut seq) {
             Ok(req) => {
-                st.current = Some(Running { choices: Choices::new(req, n), logprobs });
+                st.current = Some(Running { choices: Choices::new(req, n), logprobs, calls });
                 Ok(())
             }
             Err(e) => {
@@ -293,10 +301,12 @@ impl WasmEngine {
     }
 }
 
-/// A request's choices in flight, and whether its events carry log-probabilities.
+/// A request's choices in flight, whether its events carry log-probabilities, and whether its
+/// replies may be tool calls.
 struct Running {
     choices: Choices,
     logprobs: bool,
+    calls: bool,
 }
 
 impl Running {
@@ -309,8 +319,8 @@ impl Running {
 
 /// The last event of a request: every choice, the usage and the stats. Its `finish_reason` is
 /// "abort" when the request was aborted, else the first choice's.
-fn done_event(engine: &Engine, generations: &[Generation], logprobs: bool) -> String {
-    let mut done = api::result(&engine.tokenizer, generations, logprobs);
+fn done_event(engine: &Engine, generations: &[Generation], run: &Running) -> String {
+    let mut done = api::result(&engine.tokenizer, generations, run.logprobs, run.calls);
     let aborted = generations.iter().any(|g| g.finish_reason == crate::engine::FinishReason::Aborted);
     done["type"] = "done".into();
     done["finish_reason"] = if aborted { "abort".into() } else { generations.first().map_or("abort", |g| api::finish_reason(g.finish_reason)).into() };
@@ -343,22 +353,16 @@ impl WasmEngine {
 
     pub fn start_chat(&self, request_json: &str) -> Result<(), JsValue> {
         let req: RequestFields = parse(request_json, "chat request")?;
-        let messages = match (&req.messages, &req.prompt) {
-            (Some(m), None) if !m.is_empty() => m.clone(),
-            (_, Some(_)) => return Err(invalid("a chat request takes messages, not a prompt")),
-            _ => return Err(invalid("messages must hold at least one message")),
-        };
+        let (messages, calls) = req.conversation().map_err(invalid)?;
         let s = sampling(&req, &self.borrow()?.engine)?;
-        self.begin(s.n, s.params.logprobs.is_some(), |engine, seq| engine.start_chat(seq, &messages, &s.params))
+        self.begin(s.n, s.params.logprobs.is_some(), calls, |engine, seq| engine.start_chat(seq, &messages, &s.params))
     }
 
     pub fn start_completion(&self, request_json: &str) -> Result<(), JsValue> {
         let req: RequestFields = parse(request_json, "completion request")?;
-        let (Some(prompt), None) = (&req.prompt, &req.messages) else {
-            return Err(invalid("a completion request takes a prompt (a string), not messages"));
-        };
+        let prompt = req.completion_prompt().map_err(invalid)?;
         let s = sampling(&req, &self.borrow()?.engine)?;
-        self.begin(s.n, s.params.logprobs.is_some(), |engine, seq| {
+        self.begin(s.n, s.params.logprobs.is_some(), false, |engine, seq| {
             let prompt = engine.tokenizer.encode(prompt, true)?;
             engine.start(seq, &prompt, &s.params)
         })
@@ -386,12 +390,12 @@ impl WasmEngine {
                     tail_then(index, tail, done, pending_done)
                 }
                 Ok(ChoiceStep::Done { generations, tail }) => {
-                    let logprobs = run.logprobs;
                     let index = run.choices.n() - 1;
+                    let done = done_event(engine, &generations, run);
                     if let Some(run) = current.take() {
                         run.release(engine);
                     }
-                    tail_then(index, tail, done_event(engine, &generations, logprobs), pending_done)
+                    tail_then(index, tail, done, pending_done)
                 }
                 Err(e) => {
                     if let Some(run) = current.take() {
@@ -412,7 +416,7 @@ impl WasmEngine {
         let State { engine, current, .. } = &mut *st;
         let Some(mut run) = current.take() else { return Ok(pending.unwrap_or_else(|| "null".into())) };
         let generations = engine.abort_choices(&mut run.choices);
-        let done = done_event(engine, &generations, run.logprobs);
+        let done = done_event(engine, &generations, &run);
         run.release(engine);
         Ok(done)
     }
@@ -508,7 +512,13 @@ fn tail_then(index: usize, tail: String, then: String, pending: &mut Option<Stri
 
 fn prefix_tokens(engine: &mut Engine, prefix: &PrefixJson) -> Result<Vec<u32>, EngineError> {
     match prefix {
-        PrefixJson::Messages { messages } => engine.chat_prefix_tokens(messages),
+        PrefixJson::Conversation { tools, messages } => {
+            if tools.is_empty() && messages.is_empty() {
+                return Err(EngineError::InvalidRequest("a prefix needs messages or tools".into()));
+            }
+            tools::check_tools(tools).map_err(EngineError::InvalidRequest)?;
+            engine.chat_prefix_tokens(&tools::template_messages(tools, messages).map_err(EngineError::InvalidRequest)?)
+        }
         PrefixJson::Text { text } => Ok(engine.tokenizer.encode(text, true)?),
     }
 }

@@ -1,6 +1,9 @@
 //! OpenAI's request and response shapes as the engine's surfaces take and give them (the wasm
 //! engine the package drives, the CLI's `--json`): the request's fields checked into
-//! [`SamplingParams`] in one place, and the response's choices, log-probabilities and usage.
+//! [`SamplingParams`] in one place, and the response's choices, tool calls, log-probabilities
+//! and usage. `tools` renders and parses tool calls.
+
+pub mod tools;
 
 use std::collections::BTreeMap;
 
@@ -12,6 +15,7 @@ use crate::engine::constraint::ResponseFormat;
 use crate::engine::sampling::{Penalties, SamplingParams, TokenLogprob};
 use crate::engine::{FinishReason, Generation};
 use crate::tokenizer::{Message, Tokenizer};
+use tools::{ChatMessage, Tool, ToolChoice};
 
 /// Replies are cut here when a request sets no `max_tokens`.
 pub const DEFAULT_MAX_TOKENS: usize = 1024;
@@ -26,8 +30,11 @@ pub const MAX_TOP_LOGPROBS: usize = 20;
 #[derive(Deserialize, Default, Debug)]
 #[serde(deny_unknown_fields)]
 pub struct RequestFields {
-    pub messages: Option<Vec<Message>>,
+    pub messages: Option<Vec<ChatMessage>>,
     pub prompt: Option<String>,
+    pub tools: Option<Vec<Tool>>,
+    pub tool_choice: Option<Value>,
+    pub parallel_tool_calls: Option<bool>,
     pub max_tokens: Option<usize>,
     /// OpenAI's newer name for `max_tokens`.
     pub max_completion_tokens: Option<usize>,
@@ -75,6 +82,39 @@ fn range(field: &str, value: Option<f32>, lo: f32, hi: f32, default: f32) -> Res
 }
 
 impl RequestFields {
+    fn tools(&self) -> &[Tool] {
+        self.tools.as_deref().unwrap_or_default()
+    }
+
+    /// What `tool_choice` allows, the tools checked.
+    fn tool_choice(&self) -> Result<ToolChoice, String> {
+        tools::check_tools(self.tools())?;
+        ToolChoice::from_json(self.tool_choice.as_ref(), self.tools())
+    }
+
+    /// A chat request's conversation as the chat template takes it, and whether its replies may
+    /// be tool calls.
+    pub fn conversation(&self) -> Result<(Vec<Message>, bool), String> {
+        let messages = match (&self.messages, &self.prompt) {
+            (Some(m), None) if !m.is_empty() => m,
+            (_, Some(_)) => return Err("a chat request takes messages, not a prompt".into()),
+            _ => return Err("messages must hold at least one message".into()),
+        };
+        let calls = self.tool_choice()? != ToolChoice::None;
+        Ok((tools::template_messages(self.tools(), messages)?, calls))
+    }
+
+    /// A text completion request's prompt.
+    pub fn completion_prompt(&self) -> Result<&str, String> {
+        if self.tools.is_some() || self.tool_choice.is_some() || self.parallel_tool_calls.is_some() {
+            return Err("tools need a chat request (messages)".into());
+        }
+        match (&self.prompt, &self.messages) {
+            (Some(prompt), None) => Ok(prompt),
+            _ => Err("a completion request takes a prompt (a string), not messages".into()),
+        }
+    }
+
     /// The sampling parameters, checked against a vocabulary of `vocab_size` tokens; `seed` is
     /// used when the request sets none.
     pub fn sampling(&self, vocab_size: usize, seed: impl FnOnce() -> u64) -> Result<Sampling, String> {
@@ -121,7 +161,14 @@ impl RequestFields {
             let token = token.ok_or_else(|| format!("logit_bias keys must be token ids below the vocabulary's {vocab_size}, got {key:?}"))?;
             logit_bias.push((token, range("logit_bias values", Some(bias), -100.0, 100.0, 0.0)?));
         }
-        let response_format = self.response_format.clone().map(ResponseFormat::from_json).transpose().map_err(|e| e.to_string())?;
+        let choice = self.tool_choice()?;
+        let response_format = match (self.response_format.clone(), &choice) {
+            (Some(_), ToolChoice::Auto | ToolChoice::Required | ToolChoice::Function(_)) => {
+                return Err("response_format constrains a text reply: with tools it needs tool_choice: \"none\"".into())
+            }
+            (Some(format), _) => Some(ResponseFormat::from_json(format).map_err(|e| e.to_string())?),
+            (None, _) => tools::reply_format(self.tools(), &choice, self.parallel_tool_calls.unwrap_or(true)),
+        };
         let params = SamplingParams {
             temperature,
             top_k: self.top_k.unwrap_or(0),
@@ -162,12 +209,20 @@ pub fn finish_reason(f: FinishReason) -> &'static str {
     }
 }
 
-/// One choice: its text, finish reason, tokens, top-2 gaps and (when asked) log-probabilities.
-pub fn choice(tokenizer: &Tokenizer, index: usize, g: &Generation, logprobs: bool) -> Value {
+/// One choice: its text, finish reason, tokens, top-2 gaps and (when asked) log-probabilities;
+/// where the reply may be tool calls and is, `tool_calls` (name and arguments each; the caller
+/// gives them ids) and the finish reason "tool_calls".
+pub fn choice(tokenizer: &Tokenizer, index: usize, g: &Generation, logprobs: bool, calls: bool) -> Value {
+    let tool_calls = calls.then(|| tools::parse_calls(&g.text)).flatten();
+    let finish = match (&tool_calls, g.finish_reason) {
+        (Some(_), FinishReason::Stop) => "tool_calls",
+        (_, f) => finish_reason(f),
+    };
     json!({
         "index": index,
         "text": g.text,
-        "finish_reason": finish_reason(g.finish_reason),
+        "tool_calls": tool_calls.map(|c| c.into_iter().map(|(name, arguments)| json!({ "name": name, "arguments": arguments })).collect::<Vec<_>>()),
+        "finish_reason": finish,
         "tokens": g.tokens,
         "top2_gaps": g.top2_gaps,
         "logprobs": logprobs.then(|| g.logprobs.iter().map(|lp| logprob_entry(tokenizer, lp)).collect::<Vec<_>>()),
@@ -176,10 +231,10 @@ pub fn choice(tokenizer: &Tokenizer, index: usize, g: &Generation, logprobs: boo
 
 /// A request's result over its choices: each choice, the usage (the prompt counted once, as it
 /// was computed once) and the merged stats.
-pub fn result(tokenizer: &Tokenizer, generations: &[Generation], logprobs: bool) -> Value {
+pub fn result(tokenizer: &Tokenizer, generations: &[Generation], logprobs: bool, calls: bool) -> Value {
     let Some(first) = generations.first() else { return json!({ "choices": [] }) };
     json!({
-        "choices": generations.iter().enumerate().map(|(i, g)| choice(tokenizer, i, g, logprobs)).collect::<Vec<_>>(),
+        "choices": generations.iter().enumerate().map(|(i, g)| choice(tokenizer, i, g, logprobs, calls)).collect::<Vec<_>>(),
         "usage": {
             "prompt_tokens": first.stats.prompt_tokens,
             "completion_tokens": generations.iter().map(|g| g.stats.generated_tokens).sum::<usize>(),

@@ -1,0 +1,143 @@
+//! Tool calling on the default model, through the request fields the package sends: calls whose
+//! arguments validate against their function's schema (checked by the `jsonschema` crate), a
+//! round trip whose second request reuses the first's pages, `tool_choice` and
+//! `parallel_tool_calls` as OpenAI defines them, and malformed tools refused by name.
+
+mod common;
+
+use common::{default_model_bytes, Backend};
+use radixlm::api::{self, RequestFields};
+use radixlm::engine::{Engine, EngineOptions, Sequence};
+use serde_json::{json, Value};
+
+fn tools() -> Value {
+    json!([
+        { "type": "function", "function": {
+            "name": "convert_units",
+            "description": "Convert a quantity from one unit to another.",
+            "parameters": { "type": "object", "properties": {
+                "value": { "type": "number" },
+                "from_unit": { "type": "string", "enum": ["km", "mi", "kg", "lb", "C", "F"] },
+                "to_unit": { "type": "string", "enum": ["km", "mi", "kg", "lb", "C", "F"] } },
+                "required": ["value", "from_unit", "to_unit"] } } },
+        { "type": "function", "function": {
+            "name": "get_time",
+            "description": "The current time in a city.",
+            "parameters": { "type": "object", "properties": { "city": { "type": "string", "minLength": 1 } }, "required": ["city"] } } },
+    ])
+}
+
+/// A chat request run as the wasm engine runs one; its OpenAI-shaped result.
+fn chat(engine: &mut Engine, request: Value) -> Value {
+    let fields: RequestFields = serde_json::from_value(request).unwrap();
+    let (messages, calls) = fields.conversation().unwrap();
+    let sampling = fields.sampling(engine.cfg.vocab_size, || 0).unwrap();
+    let poller = engine.poller();
+    let mut seq = Sequence::default();
+    let mut req = engine.start_chat(&mut seq, &messages, &sampling.params).unwrap();
+    let generation = poller.block_on(engine.run_to_end(&mut req, |_| true)).unwrap();
+    engine.release(&mut req.into_sequence());
+    api::result(&engine.tokenizer, &[generation], false, calls)
+}
+
+fn refused(request: Value) -> String {
+    let fields: RequestFields = match serde_json::from_value(request) {
+        Ok(f) => f,
+        Err(e) => return e.to_string(),
+    };
+    fields.conversation().and_then(|_| fields.sampling(49152, || 0).map(drop)).expect_err("refused")
+}
+
+/// Each call names a tool and its arguments validate against that tool's schema.
+fn valid_calls(choice: &Value) -> Vec<(String, Value)> {
+    let tools = tools();
+    let calls = choice["tool_calls"].as_array().unwrap_or_else(|| panic!("no tool calls: {choice}"));
+    calls
+        .iter()
+        .map(|c| {
+            let name = c["name"].as_str().unwrap().to_string();
+            let tool = tools.as_array().unwrap().iter().find(|t| t["function"]["name"] == name.as_str()).unwrap();
+            let args: Value = serde_json::from_str(c["arguments"].as_str().unwrap()).unwrap();
+            let validator = jsonschema::validator_for(&tool["function"]["parameters"]).unwrap();
+            let errors: Vec<String> = validator.iter_errors(&args).map(|e| e.to_string()).collect();
+            assert!(errors.is_empty(), "{name}({args}): {errors:?}");
+            (name, args)
+        })
+        .collect()
+}
+
+#[test]
+fn a_tool_round_trip_reuses_the_first_requests_pages() {
+    let mut engine = Backend::Cpu.load(&default_model_bytes(), &EngineOptions::default());
+    let user = json!({ "role": "user", "content": "How many miles is 42 km?" });
+    let first = chat(&mut engine, json!({ "messages": [user], "tools": tools(), "tool_choice": "required", "temperature": 0, "max_tokens": 96 }));
+    let choice = &first["choices"][0];
+    assert_eq!(choice["finish_reason"], "tool_calls", "{first}");
+    let calls = valid_calls(choice);
+    let prompt_tokens = first["usage"]["prompt_tokens"].as_u64().unwrap();
+
+    // The app runs the tool and sends the conversation back with the call and its result.
+    let tool_calls: Vec<Value> = choice["tool_calls"].as_array().unwrap().iter().enumerate().map(|(i, c)| json!({ "id": format!("call_{i}"), "type": "function", "function": c })).collect();
+    let mut messages = vec![user.clone(), json!({ "role": "assistant", "content": null, "tool_calls": tool_calls })];
+    for (i, (name, _)) in calls.iter().enumerate() {
+        messages.push(json!({ "role": "tool", "tool_call_id": format!("call_{i}"), "content": format!("{{\"{name}\": \"26.1 mi\"}}") }));
+    }
+    // "none" asks for the answer in text (under "auto" this 135M model calls again).
+    let second = chat(&mut engine, json!({ "messages": messages, "tools": tools(), "tool_choice": "none", "temperature": 0, "max_tokens": 48 }));
+    let cached = second["usage"]["cached_tokens"].as_u64().unwrap();
+    // The first prompt and the call as generated are the second prompt's start: all of it but
+    // the tokens after the last whole page is reused.
+    let page = engine.cache_stats().page_size as u64;
+    let generated = first["choices"][0]["tokens"].as_array().unwrap().len() as u64;
+    assert!(cached + page > prompt_tokens + generated, "cached {cached} of a first prompt of {prompt_tokens} and {generated} generated: {second}");
+    let answer = &second["choices"][0];
+    assert!(answer["tool_calls"].is_null() && !answer["text"].as_str().unwrap().is_empty(), "answered in text: {second}");
+}
+
+#[test]
+fn tool_choice_and_parallel_calls_shape_the_reply() {
+    let mut engine = Backend::Cpu.load(&default_model_bytes(), &EngineOptions::default());
+    let ask = |content: &str| json!([{ "role": "user", "content": content }]);
+    // A named function: one call of it, whatever the question.
+    let named = chat(&mut engine, json!({ "messages": ask("What time is it in Paris?"), "tools": tools(), "tool_choice": { "type": "function", "function": { "name": "convert_units" } }, "temperature": 0, "max_tokens": 96 }));
+    let calls = valid_calls(&named["choices"][0]);
+    assert_eq!(calls.iter().map(|c| c.0.as_str()).collect::<Vec<_>>(), ["convert_units"], "{named}");
+    // One call at most without parallel calls, sampled too.
+    for seed in 0..3 {
+        let one = chat(&mut engine, json!({ "messages": ask("Convert 10 kg to lb and tell me the time in Tokyo."), "tools": tools(), "tool_choice": "required", "parallel_tool_calls": false, "temperature": 0.9, "seed": seed, "max_tokens": 96 }));
+        assert_eq!(valid_calls(&one["choices"][0]).len(), 1, "{one}");
+    }
+    // "none": text, never a call.
+    let none = chat(&mut engine, json!({ "messages": ask("How many miles is 42 km?"), "tools": tools(), "tool_choice": "none", "temperature": 0, "max_tokens": 32 }));
+    assert!(none["choices"][0]["tool_calls"].is_null(), "{none}");
+    assert!(!none["choices"][0]["text"].as_str().unwrap().starts_with("<tool_call>"), "{none}");
+}
+
+#[test]
+fn malformed_tools_and_tool_messages_are_refused_by_name() {
+    let user = json!([{ "role": "user", "content": "Hi" }]);
+    let tool = |f: Value| json!([{ "type": "function", "function": f }]);
+    for (request, says) in [
+        (json!({ "messages": user, "tools": tool(json!({ "name": "bad name" })) }), "tools[0].function.name must be 1-64 letters"),
+        (json!({ "messages": user, "tools": [tools()[0], tools()[0]] }), "is given twice"),
+        (json!({ "messages": user, "tools": tool(json!({ "name": "f", "parameters": [] })) }), "parameters must be a JSON Schema object"),
+        (json!({ "messages": user, "tools": tool(json!({ "name": "f", "returns": {} })) }), "unknown field `returns`"),
+        (json!({ "messages": user, "tools": [{ "type": "retrieval", "function": { "name": "f" } }] }), "tools[0].type must be \"function\""),
+        (json!({ "messages": user, "tools": tools(), "tool_choice": { "type": "function", "function": { "name": "nope" } } }), "\"nope\", which is not among the tools"),
+        (json!({ "messages": user, "tools": tools(), "tool_choice": "sometimes" }), "tool_choice must be"),
+        (json!({ "messages": user, "tool_choice": "required" }), "tool_choice needs tools"),
+        (json!({ "messages": user, "tools": tools(), "response_format": { "type": "json_object" } }), "tool_choice: \"none\""),
+        (json!({ "messages": [{ "role": "tool", "content": "1" }] }), "needs the tool_call_id"),
+        (json!({ "messages": [{ "role": "assistant", "content": null, "tool_calls": [{ "id": "a", "type": "function", "function": { "name": "f", "arguments": "[1]" } }] }] }), "tool_calls[0] must be"),
+        (json!({ "messages": [{ "role": "critic", "content": "x" }] }), "role must be"),
+        (json!({ "prompt": "x", "tools": tools() }), "tools need a chat request"),
+    ] {
+        let e = if request.get("prompt").is_some() {
+            let fields: RequestFields = serde_json::from_value(request.clone()).unwrap();
+            fields.completion_prompt().map(drop).expect_err("refused")
+        } else {
+            refused(request.clone())
+        };
+        assert!(e.contains(says), "{request}: {e}");
+    }
+}
