@@ -344,6 +344,18 @@ enum Bench {
         #[arg(long, default_value_t = 5)]
         repeats: usize,
     },
+    /// TTFT of chat requests whose tool definitions (crate/src/bench_tools.json) are cached,
+    /// beside the same requests without tools, with correctness controls (exits non-zero if
+    /// one fails).
+    Tools {
+        #[command(flatten)]
+        model: ModelArgs,
+        #[arg(long, default_value_t = 5)]
+        repeats: usize,
+        /// Greedy tokens the controls compare.
+        #[arg(long, default_value_t = 16)]
+        check_tokens: usize,
+    },
     /// TTFT with and without a cached prefix, with correctness controls (exits non-zero if one fails).
     Prefix {
         #[command(flatten)]
@@ -512,6 +524,19 @@ fn run(cli: Cli) -> Result<(), AnyError> {
             std::fs::rename(&tmp, &out).map_err(|e| format!("cannot rename to {}: {e}", out.display()))?;
             eprintln!("wrote {}", out.display());
             Ok(())
+        }
+        Command::Bench { which: Bench::Tools { model, repeats, check_tokens } } => {
+            let mut engine = load_engine(&model, SpillDir::Scratch)?;
+            let poller = engine.poller();
+            let report = poller.block_on(radixlm::bench::tools(&mut engine, repeats, check_tokens));
+            let _ = std::fs::remove_dir_all(scratch_dir());
+            let report = report?;
+            println!("{report}");
+            println!("{}", serde_json::to_string(&report)?);
+            match report.failed_control() {
+                Some((question, c)) => Err(format!("correctness control failed on {question:?}: {c}").into()),
+                None => Ok(()),
+            }
         }
         Command::Bench { which: Bench::Prefix { model, mut prefix_lens, long, delta, repeats } } => {
             if long {

@@ -1,9 +1,13 @@
 //! Benchmarks shared by the CLI and the browser. Each returns a report that prints itself as a
-//! table and serialises to JSON. The prefix benchmark's texts, lengths and near-tie rule are in
+//! table and serialises to JSON. `tools` times requests whose tool definitions are cached. The prefix benchmark's texts, lengths and near-tie rule are in
 //! `bench_protocol.json`, which the browser benchmarks (playwright-tests/bench/) read too.
+
+mod tools;
 
 use std::fmt;
 use std::sync::LazyLock;
+
+pub use tools::{tools, ToolsReport, ToolsRow};
 
 use crate::engine::sampling::SamplingParams;
 use crate::engine::{Engine, EngineError, Generation, Sequence};
@@ -31,7 +35,7 @@ pub struct Protocol {
 
 /// The protocol file is part of the source: a unit test parses it, so this cannot fail at run time.
 pub static PROTOCOL: LazyLock<Protocol> =
-    LazyLock::new(|| serde_json::from_str(include_str!("bench_protocol.json")).unwrap_or_else(|e| panic!("bench_protocol.json: {e}")));
+    LazyLock::new(|| serde_json::from_str(include_str!("../bench_protocol.json")).unwrap_or_else(|e| panic!("bench_protocol.json: {e}")));
 
 /// The first `n` tokens of the filler text repeated.
 pub fn prompt_of_len(engine: &Engine, n: usize) -> Result<Vec<u32>, EngineError> {
