@@ -434,7 +434,7 @@ class LegacyLogprobs {
   private offset = 0;
 
   of(logprobs: TokenLogprob[]): CompletionLogprobs {
-    const out: CompletionLogprobs = { tokens: [], token_logprobs: [], top_logprobs: [], text_offset: [] };
+    const out: CompletionLogprobs = { tokens: [], token_logprobs: [], top_logprobs: [], text_offset: [], content: logprobs };
     for (const lp of logprobs) {
       out.tokens.push(lp.token);
       out.token_logprobs.push(lp.logprob);

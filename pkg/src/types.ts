@@ -201,8 +201,10 @@ export interface TokenLogprob {
   token: string;
   logprob: number;
   bytes: number[];
+  /** radixlm extra: the token's id in the model's vocabulary. */
+  id: number;
   /** The likeliest tokens at this step, largest first (`top_logprobs` of them). */
-  top_logprobs: { token: string; logprob: number; bytes: number[] }[];
+  top_logprobs: { token: string; logprob: number; bytes: number[]; id: number }[];
 }
 
 /** A chat choice's log-probabilities (with `logprobs: true`). */
@@ -219,6 +221,8 @@ export interface CompletionLogprobs {
   top_logprobs: Record<string, number>[];
   /** Per token, its offset in the choice's text (in UTF-16 code units, as JavaScript strings index). */
   text_offset: number[];
+  /** radixlm extra: the same tokens in the chat shape (with their ids and their alternatives' ids). */
+  content: TokenLogprob[];
 }
 
 /** A chat completion request, as OpenAI's `chat.completions.create` takes it. */

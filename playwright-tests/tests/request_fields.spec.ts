@@ -61,11 +61,12 @@ test("log-probabilities: the chat shape, the legacy completion shape, and stream
   const chat = await engine.chat({ messages: ASK, temperature: 0, max_tokens: 12, logprobs: true, top_logprobs: 3 });
   const content = chat.choices[0].logprobs?.content ?? [];
   expect(content).toHaveLength(chat.tokens.length);
+  expect(content.map((e) => e.id)).toEqual(chat.tokens);
   for (const entry of content) {
     expect(entry.logprob).toBeLessThanOrEqual(0);
     expect(entry.top_logprobs).toHaveLength(3);
     // Greedy: the chosen token is the likeliest.
-    expect(entry.top_logprobs[0]).toEqual({ token: entry.token, logprob: entry.logprob, bytes: entry.bytes });
+    expect(entry.top_logprobs[0]).toEqual({ token: entry.token, logprob: entry.logprob, bytes: entry.bytes, id: entry.id });
     const lps = entry.top_logprobs.map((t) => t.logprob);
     expect(lps).toEqual([...lps].sort((a, b) => b - a));
   }

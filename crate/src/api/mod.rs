@@ -187,10 +187,10 @@ impl RequestFields {
 }
 
 /// A token as OpenAI's log-probability entries name it: its text (bytes that are not UTF-8 on
-/// their own shown as U+FFFD) and its bytes.
+/// their own shown as U+FFFD) and its bytes; and radixlm's `id`, its id in the vocabulary.
 fn token_entry(tokenizer: &Tokenizer, token: u32, logprob: f32) -> Value {
     let bytes = tokenizer.token_bytes(token).unwrap_or(&[]);
-    json!({ "token": String::from_utf8_lossy(bytes), "logprob": logprob, "bytes": bytes })
+    json!({ "token": String::from_utf8_lossy(bytes), "logprob": logprob, "bytes": bytes, "id": token })
 }
 
 /// One token's entry of OpenAI's chat `logprobs.content`.
