@@ -83,6 +83,9 @@ impl Engine {
 
     /// Runs the choices' next step.
     pub async fn step_choices(&mut self, c: &mut Choices) -> Result<ChoiceStep, EngineError> {
+        if c.at >= c.n {
+            return Err(EngineError::RequestOver);
+        }
         if c.reqs.len() < c.n && c.reqs[0].next.is_some() && c.reqs[0].out.is_empty() {
             for index in c.reqs.len()..c.n {
                 let twin = self.fork(&mut c.reqs[0], index);
