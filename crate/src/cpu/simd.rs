@@ -52,6 +52,13 @@ pub trait Simd: Copy + Send + Sync + 'static {
     fn axpy(y: &mut [f32; 8], a: f32, x: &[f32; 8]);
     /// Eight f16 values (as bits) to f32.
     fn f16_to_f32(src: &[u16; 8], dst: &mut [f32; 8]);
+
+    /// The accumulator type as a value of its own, for register tiles (attention's).
+    fn splat(x: f32) -> Self::F;
+    fn loadf(a: &[f32; 8]) -> Self::F;
+    fn storef(v: Self::F, out: &mut [f32; 8]);
+    /// `acc + a · b`, elementwise.
+    fn fmadd(acc: Self::F, a: Self::F, b: Self::F) -> Self::F;
 }
 
 /// The plain twin: the same operations one lane at a time.
@@ -142,6 +149,22 @@ impl Simd for Scalar {
         for j in 0..8 {
             dst[j] = half::f16::from_bits(src[j]).to_f32();
         }
+    }
+    #[inline(always)]
+    fn splat(x: f32) -> Self::F {
+        [x; 8]
+    }
+    #[inline(always)]
+    fn loadf(a: &[f32; 8]) -> Self::F {
+        *a
+    }
+    #[inline(always)]
+    fn storef(v: Self::F, out: &mut [f32; 8]) {
+        *out = v;
+    }
+    #[inline(always)]
+    fn fmadd(acc: Self::F, a: Self::F, b: Self::F) -> Self::F {
+        std::array::from_fn(|j| acc[j] + a[j] * b[j])
     }
 }
 
@@ -256,6 +279,22 @@ mod avx2 {
         #[inline(always)]
         fn f16_to_f32(src: &[u16; 8], dst: &mut [f32; 8]) {
             unsafe { _mm256_storeu_ps(dst.as_mut_ptr(), _mm256_cvtph_ps(_mm_loadu_si128(src.as_ptr().cast()))) }
+        }
+        #[inline(always)]
+        fn splat(x: f32) -> Self::F {
+            unsafe { _mm256_set1_ps(x) }
+        }
+        #[inline(always)]
+        fn loadf(a: &[f32; 8]) -> Self::F {
+            unsafe { _mm256_loadu_ps(a.as_ptr()) }
+        }
+        #[inline(always)]
+        fn storef(v: Self::F, out: &mut [f32; 8]) {
+            unsafe { _mm256_storeu_ps(out.as_mut_ptr(), v) }
+        }
+        #[inline(always)]
+        fn fmadd(acc: Self::F, a: Self::F, b: Self::F) -> Self::F {
+            unsafe { _mm256_fmadd_ps(a, b, acc) }
         }
     }
 }
@@ -389,6 +428,25 @@ mod wasm {
                 v128_store(dst.as_mut_ptr().cast(), widen(u32x4_extend_low_u16x8(h)));
                 v128_store(dst.as_mut_ptr().add(4).cast(), widen(u32x4_extend_high_u16x8(h)));
             }
+        }
+        #[inline(always)]
+        fn splat(x: f32) -> Self::F {
+            (f32x4_splat(x), f32x4_splat(x))
+        }
+        #[inline(always)]
+        fn loadf(a: &[f32; 8]) -> Self::F {
+            unsafe { (v128_load(a.as_ptr().cast()), v128_load(a.as_ptr().add(4).cast())) }
+        }
+        #[inline(always)]
+        fn storef(v: Self::F, out: &mut [f32; 8]) {
+            unsafe {
+                v128_store(out.as_mut_ptr().cast(), v.0);
+                v128_store(out.as_mut_ptr().add(4).cast(), v.1);
+            }
+        }
+        #[inline(always)]
+        fn fmadd(acc: Self::F, a: Self::F, b: Self::F) -> Self::F {
+            (f32x4_add(acc.0, f32x4_mul(a.0, b.0)), f32x4_add(acc.1, f32x4_mul(a.1, b.1)))
         }
     }
 }
@@ -532,6 +590,25 @@ mod neon {
                 vst1q_f32(dst.as_mut_ptr(), widen(vmovl_u16(vget_low_u16(h))));
                 vst1q_f32(dst.as_mut_ptr().add(4), widen(vmovl_high_u16(h)));
             }
+        }
+        #[inline(always)]
+        fn splat(x: f32) -> Self::F {
+            unsafe { (vdupq_n_f32(x), vdupq_n_f32(x)) }
+        }
+        #[inline(always)]
+        fn loadf(a: &[f32; 8]) -> Self::F {
+            unsafe { (vld1q_f32(a.as_ptr()), vld1q_f32(a.as_ptr().add(4))) }
+        }
+        #[inline(always)]
+        fn storef(v: Self::F, out: &mut [f32; 8]) {
+            unsafe {
+                vst1q_f32(out.as_mut_ptr(), v.0);
+                vst1q_f32(out.as_mut_ptr().add(4), v.1);
+            }
+        }
+        #[inline(always)]
+        fn fmadd(acc: Self::F, a: Self::F, b: Self::F) -> Self::F {
+            unsafe { (vfmaq_f32(acc.0, a.0, b.0), vfmaq_f32(acc.1, a.1, b.1)) }
         }
     }
 }
