@@ -1,7 +1,7 @@
 // The prefix benchmark's protocol, read from the file the CLI's bench.rs reads
 // (crate/src/bench_protocol.json): the same texts, lengths, repeats and near-tie rule.
 
-import { mkdirSync, readFileSync } from "node:fs";
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { REPO_ROOT } from "../paths";
 
@@ -41,6 +41,14 @@ export function resultsDir(): string {
   const dir = process.env.RADIXLM_BENCH_OUT ? path.resolve(process.env.RADIXLM_BENCH_OUT) : path.join(import.meta.dirname, "..", "results");
   mkdirSync(dir, { recursive: true });
   return dir;
+}
+
+/** Prints a benchmark's table and writes it and its data to `NAME.md` and `NAME.json` in resultsDir(). */
+export function writeResults(name: string, table: string, data: unknown): void {
+  console.log(`\n${table}\n`);
+  const dir = resultsDir();
+  writeFileSync(path.join(dir, `${name}.md`), `${table}\n`);
+  writeFileSync(path.join(dir, `${name}.json`), `${JSON.stringify(data, null, 1)}\n`);
 }
 
 export function median(xs: number[]): number {

@@ -9,13 +9,13 @@
 //
 // Prints a table and writes results/structured.md and .json (RADIXLM_BENCH_OUT elsewhere).
 
-import { readFileSync, writeFileSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import path from "node:path";
 import { expect, test } from "@playwright/test";
 import type { ResponseFormat } from "../../pkg/src/index.js";
 import { REPO_ROOT } from "../paths";
 import { benchThreads, describe, RadixlmEngine, runEnvironment } from "./engines";
-import { resultsDir } from "./protocol";
+import { writeResults } from "./protocol";
 
 interface Case {
   name: string;
@@ -85,9 +85,5 @@ test("structured: token mask cost per step in the browser", async ({ context }) 
     "",
     describe(env),
   ];
-  const table = lines.join("\n");
-  console.log(`\n${table}\n`);
-  const dir = resultsDir();
-  writeFileSync(path.join(dir, "structured.md"), `${table}\n`);
-  writeFileSync(path.join(dir, "structured.json"), `${JSON.stringify({ env, rows }, null, 1)}\n`);
+  writeResults("structured", lines.join("\n"), { env, rows });
 });

@@ -10,13 +10,13 @@
 //
 // Prints a table and writes results/tools.md and .json (RADIXLM_BENCH_OUT elsewhere).
 
-import { readFileSync, writeFileSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import path from "node:path";
 import { expect, test } from "@playwright/test";
 import type { ChatCompletion, ChatMessageParam, Engine, FunctionTool } from "../../pkg/src/index.js";
 import { REPO_ROOT } from "../paths";
 import { benchThreads, describe, RadixlmEngine, runEnvironment } from "./engines";
-import { resultsDir } from "./protocol";
+import { median, writeResults } from "./protocol";
 
 interface ToolsProtocol {
   system: string;
@@ -37,7 +37,6 @@ interface Run {
   cachedTokens: number;
 }
 
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? NaN;
 
 test("tools: TTFT with cached tool definitions beside the same requests without tools", async ({ context }) => {
   test.setTimeout(1_800_000);
@@ -110,9 +109,5 @@ test("tools: TTFT with cached tool definitions beside the same requests without 
     "",
     describe(env),
   ];
-  const table = lines.join("\n");
-  console.log(`\n${table}\n`);
-  const dir = resultsDir();
-  writeFileSync(path.join(dir, "tools.md"), `${table}\n`);
-  writeFileSync(path.join(dir, "tools.json"), `${JSON.stringify({ env, shared, rows, ratio }, null, 1)}\n`);
+  writeResults("tools", lines.join("\n"), { env, shared, rows, ratio });
 });

@@ -112,18 +112,21 @@ mod tile {
     pub const PV: (usize, usize) = (4, 1);
 }
 
+/// Lanes of the SIMD layer's accumulator (`Simd::F`): rows per score vector, dimensions per
+/// value vector.
+const LANES: usize = 8;
+
 /// Keys per block of widened value rows: the block and its weights stay in L1.
 const VALUE_BLOCK: usize = 64;
 
-/// The task as matrix products in register tiles, 8 rows to a vector: the queries are
+/// The task as matrix products in register tiles, `LANES` rows to a vector: the queries are
 /// transposed once (scaled), so a tile is keys × row vectors with each key value broadcast and
 /// no horizontal sums; scores are kept keys × rows, so the max, exp and sum run across rows as
 /// vectors; the weighted sum is rows × value vectors over blocks of keys.
 fn tiled<'o, S: Simd>(task: &Task, q: &[f32], out_row: impl Fn(usize) -> &'o mut [f32]) {
-    const W: usize = 8;
     let (d, lo, span) = (task.d, task.lo, task.span);
-    let dp = d.div_ceil(W) * W;
-    let rp = task.rows.len().div_ceil(W) * W;
+    let dp = d.div_ceil(LANES) * LANES;
+    let rp = task.rows.len().div_ceil(LANES) * LANES;
     let (qk_keys, _) = tile::QK;
     let span_p = span.div_ceil(qk_keys) * qk_keys;
 
@@ -192,11 +195,11 @@ fn tiled<'o, S: Simd>(task: &Task, q: &[f32], out_row: impl Fn(usize) -> &'o mut
 fn score_tiles<S: Simd>(qt: &[f32], rp: usize, keys: &[f32], dp: usize, out: &mut [f32]) {
     const M: usize = tile::QK.0;
     let mut v = 0;
-    while v + tile::QK.1 <= rp / 8 {
+    while v + tile::QK.1 <= rp / LANES {
         score_tile::<S, M, { tile::QK.1 }>(qt, rp, v, keys, dp, out);
         v += tile::QK.1;
     }
-    while v < rp / 8 {
+    while v < rp / LANES {
         score_tile::<S, M, 1>(qt, rp, v, keys, dp, out);
         v += 1;
     }
@@ -207,8 +210,8 @@ fn score_tile<S: Simd, const M: usize, const N: usize>(qt: &[f32], rp: usize, v:
     let mut acc = [[S::zero(); N]; M];
     let keys: [&[f32]; M] = std::array::from_fn(|i| &keys[i * dp..(i + 1) * dp]);
     for (dd, qrow) in qt.chunks_exact(rp).enumerate().take(dp) {
-        let qrow = &qrow[v * 8..(v + N) * 8];
-        let qv: [S::F; N] = std::array::from_fn(|j| qrow[j * 8..j * 8 + 8].try_into().map_or(S::zero(), S::loadf));
+        let qrow = &qrow[v * LANES..(v + N) * LANES];
+        let qv: [S::F; N] = std::array::from_fn(|j| qrow[j * LANES..(j + 1) * LANES].try_into().map_or(S::zero(), S::loadf));
         for (acc, key) in acc.iter_mut().zip(keys) {
             let k = S::splat(key[dd]);
             for (a, qv) in acc.iter_mut().zip(qv) {
@@ -218,7 +221,7 @@ fn score_tile<S: Simd, const M: usize, const N: usize>(qt: &[f32], rp: usize, v:
     }
     for (i, acc) in acc.iter().enumerate() {
         for (j, a) in acc.iter().enumerate() {
-            if let Ok(o) = (&mut out[i * rp + (v + j) * 8..][..8]).try_into() {
+            if let Ok(o) = (&mut out[i * rp + (v + j) * LANES..][..LANES]).try_into() {
                 S::storef(*a, o);
             }
         }
@@ -232,24 +235,24 @@ fn weight_tiles<S: Simd>(w: &[f32], rp: usize, values: &[f32], dp: usize, acc: &
     const M: usize = tile::PV.0;
     for r in (0..rp).step_by(M) {
         let mut c = 0;
-        while c + tile::PV.1 * 8 <= dp {
+        while c + tile::PV.1 * LANES <= dp {
             weight_tile::<S, M, { tile::PV.1 }>(w, rp, r, values, dp, c, acc);
-            c += tile::PV.1 * 8;
+            c += tile::PV.1 * LANES;
         }
         while c < dp {
             weight_tile::<S, M, 1>(w, rp, r, values, dp, c, acc);
-            c += 8;
+            c += LANES;
         }
     }
 }
 
 #[inline(always)]
 fn weight_tile<S: Simd, const M: usize, const N: usize>(w: &[f32], rp: usize, r: usize, values: &[f32], dp: usize, c: usize, acc: &mut [f32]) {
-    let at = |i: usize, j: usize| (r + i) * dp + c + j * 8;
-    let mut a: [[S::F; N]; M] = std::array::from_fn(|i| std::array::from_fn(|j| acc[at(i, j)..at(i, j) + 8].try_into().map_or(S::zero(), S::loadf)));
+    let at = |i: usize, j: usize| (r + i) * dp + c + j * LANES;
+    let mut a: [[S::F; N]; M] = std::array::from_fn(|i| std::array::from_fn(|j| acc[at(i, j)..at(i, j) + LANES].try_into().map_or(S::zero(), S::loadf)));
     for (wk, value) in w.chunks_exact(rp).zip(values.chunks_exact(dp)) {
-        let value = &value[c..c + N * 8];
-        let vv: [S::F; N] = std::array::from_fn(|j| value[j * 8..j * 8 + 8].try_into().map_or(S::zero(), S::loadf));
+        let value = &value[c..c + N * LANES];
+        let vv: [S::F; N] = std::array::from_fn(|j| value[j * LANES..(j + 1) * LANES].try_into().map_or(S::zero(), S::loadf));
         let wk = &wk[r..r + M];
         for (a, &wi) in a.iter_mut().zip(wk) {
             let wi = S::splat(wi);
@@ -260,7 +263,7 @@ fn weight_tile<S: Simd, const M: usize, const N: usize>(w: &[f32], rp: usize, r:
     }
     for (i, a) in a.iter().enumerate() {
         for (j, a) in a.iter().enumerate() {
-            if let Ok(o) = (&mut acc[at(i, j)..at(i, j) + 8]).try_into() {
+            if let Ok(o) = (&mut acc[at(i, j)..at(i, j) + LANES]).try_into() {
                 S::storef(*a, o);
             }
         }
