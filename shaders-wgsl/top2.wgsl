@@ -1,13 +1,13 @@
 // Greedy decoding's pick on the GPU: the index of the largest of V logits (the first one on
 // ties, as on the CPU) and the largest and second-largest values, skipping the banned ids
-// (the end-of-sequence tokens under ignore_eos). One workgroup: each lane strides over the
+// (the end-of-sequence tokens under ignore_eos) and those a grammar's mask forbids. One workgroup: each lane strides over the
 // logits (adjacent lanes read adjacent words), then the lanes' top-2 pairs merge in a tree.
 
 override V: u32; // logits
 
 struct PickParams {
     n_banned: u32, // how many of `banned` apply this step (0: none)
-    _pad0: u32,
+    masked: u32,   // 1: only ids set in `allowed` (a grammar's mask this step)
     _pad1: u32,
     _pad2: u32,
 }
@@ -15,7 +15,8 @@ struct PickParams {
 @group(0) @binding(0) var<uniform> params: PickParams;
 @group(0) @binding(1) var<storage, read> logits: array<f32>;       // (V)
 @group(0) @binding(2) var<storage, read> banned: array<u32>;       // ids never picked
-@group(0) @binding(3) var<storage, read_write> out: array<u32, 4>; // index, best, second (f32 bits), 0
+@group(0) @binding(3) var<storage, read> allowed: array<u32>;      // (V / 32) bitmask, when masked
+@group(0) @binding(4) var<storage, read_write> out: array<u32, 4>; // index, best, second (f32 bits), 0
 
 const WG: u32 = 256u;
 // The lowest finite f32 stands for -inf (Chromium's WGSL compiler refuses an infinite
@@ -33,7 +34,7 @@ fn main(@builtin(local_invocation_index) lid: u32) {
     var v2 = NEG_BIG;
     for (var i = lid; i < V; i += WG) {
         let l = logits[i];
-        if (is_banned(i, params.n_banned)) {
+        if (skipped(i, params.n_banned, params.masked)) {
             continue;
         }
         // Each lane sees its indices in increasing order: a later equal value is only a runner-up.

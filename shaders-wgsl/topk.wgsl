@@ -3,20 +3,21 @@
 // candidates in workgroup memory (a bitonic network: largest logit first, the lower id first
 // on ties, as the CPU sampler orders them) and keeps its first K_OUT; passes repeat over the
 // kept candidates until one chunk remains. The first pass reads the logits, skipping the
-// banned ids (the end-of-sequence tokens under ignore_eos).
+// banned ids (the end-of-sequence tokens under ignore_eos) and those a grammar's mask forbids.
 
 struct SelectParams {
     n_in: u32,        // candidates this pass reads
     from_logits: u32, // 1: read logits (id = index), 0: read (id, logit) pairs
     n_banned: u32,    // how many of `banned` apply (first pass only)
-    _pad: u32,
+    masked: u32,      // 1: only ids set in `allowed` (first pass only)
 }
 
 @group(0) @binding(0) var<uniform> params: SelectParams;
 @group(0) @binding(1) var<storage, read> logits: array<f32>;       // (V)
 @group(0) @binding(2) var<storage, read> banned: array<u32>;       // ids never kept
-@group(0) @binding(3) var<storage, read> cand_in: array<u32>;      // (n_in, 2) id, logit bits
-@group(0) @binding(4) var<storage, read_write> cand_out: array<u32>; // (chunks, K_OUT, 2)
+@group(0) @binding(3) var<storage, read> allowed: array<u32>;      // (V / 32) bitmask, when masked
+@group(0) @binding(4) var<storage, read> cand_in: array<u32>;      // (n_in, 2) id, logit bits
+@group(0) @binding(5) var<storage, read_write> cand_out: array<u32>; // (chunks, K_OUT, 2)
 
 const WG: u32 = 256u;
 const CHUNK: u32 = 1024u; // gpu/ops/topk.rs CHUNK
@@ -44,7 +45,7 @@ fn select_top(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
         var id = NONE;
         if (i < params.n_in) {
             if (params.from_logits == 1u) {
-                if (!is_banned(i, params.n_banned)) {
+                if (!skipped(i, params.n_banned, params.masked)) {
                     v = logits[i];
                     id = i;
                 }

@@ -439,7 +439,7 @@ fn assert_elementwise(what: &str, got: &[f32], want: &[f32], rel: f32, abs: f32)
 fn every_wgsl_file_validates() {
     use wgpu::naga;
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../shaders-wgsl");
-    let shared = ["common.wgsl", "blocks.wgsl", "banned.wgsl", "rope.wgsl", "act.wgsl", "tile_f32.wgsl", "tile_f16.wgsl", "matvec_subgroup.wgsl", "matmul_io.wgsl"];
+    let shared = ["common.wgsl", "blocks.wgsl", "pick_filter.wgsl", "rope.wgsl", "act.wgsl", "tile_f32.wgsl", "tile_f16.wgsl", "matvec_subgroup.wgsl", "matmul_io.wgsl"];
     for entry in std::fs::read_dir(dir).unwrap() {
         let name = entry.unwrap().file_name().into_string().unwrap();
         assert!(shared.contains(&name.as_str()) || KERNELS.iter().any(|(f, _)| *f == name), "{name} has no dispatcher in gpu::ops::KERNELS");
@@ -543,12 +543,18 @@ fn glu_elementwise() {
     }
 }
 
-/// Runs top2.wgsl over `logits`, skipping `banned[..n_banned]`.
-fn top2(gpu: &Gpu, logits: &[f32], banned: &[u32], n_banned: u32) -> Top2 {
+/// A grammar's bitmask over `v` ids allowing those `allowed` says (bit i % 32 of word i / 32).
+fn bitmask(v: usize, allowed: impl Fn(usize) -> bool) -> Vec<u32> {
+    (0..v.div_ceil(32)).map(|w| (0..32).filter(|b| w * 32 + b < v && allowed(w * 32 + b)).fold(0u32, |word, b| word | 1 << b)).collect()
+}
+
+/// Runs top2.wgsl over `logits`, skipping `banned[..n_banned]` and, with a mask, the ids clear in it.
+fn top2(gpu: &Gpu, logits: &[f32], banned: &[u32], n_banned: u32, mask: Option<&[u32]>) -> Top2 {
     let op = Top2Op::new(gpu, logits.len());
-    let params = gpu.uniform("pick", &PickParams { n_banned, ..Default::default() });
+    let params = gpu.uniform("pick", &PickParams { n_banned, masked: mask.is_some() as u32, ..Default::default() });
     let (lb, bb, out) = (gpu.upload("logits", f32_bytes(logits)), gpu.upload("banned", bytemuck::cast_slice(banned)), gpu.storage("out", TOP2_BYTES));
-    let b = op.bind(gpu, &params, &lb, &bb, &out);
+    let ab = gpu.upload("allowed", bytemuck::cast_slice(mask.unwrap_or(&[0])));
+    let b = op.bind(gpu, &params, &lb, &bb, &ab, &out);
     run(gpu, |p| op.encode(p, &b));
     let words = block_on(gpu, radixlm::gpu::readback::read_u32(gpu, &out, 0, 4)).unwrap();
     Top2::from_words([words[0], words[1], words[2], words[3]])
@@ -566,11 +572,11 @@ fn top2_matches_the_cpu_pick_with_ties_bans_and_non_finite_logits() {
     logits[7] = f32::NAN;
     let cpu = |l: &[f32]| radixlm::engine::sampling::argmax(l);
     // A tie: the lowest index, and a gap of 0 (the runner-up is the other 9.0).
-    let t = top2(gpu, &logits, &[0], 0);
+    let t = top2(gpu, &logits, &[0], 0, None);
     assert_eq!((t.index, t.best, t.second), (Some(40000), 9.0, 9.0));
     assert_eq!(t.index, Some(cpu(&logits)));
     // Banning the tied pair: 123 wins, its lead over the rest as on the CPU.
-    let t = top2(gpu, &logits, &[40000, 40001], 2);
+    let t = top2(gpu, &logits, &[40000, 40001], 2, None);
     let mut masked = logits.clone();
     masked[40000] = f32::NEG_INFINITY;
     masked[40001] = f32::NEG_INFINITY;
@@ -579,21 +585,35 @@ fn top2_matches_the_cpu_pick_with_ties_bans_and_non_finite_logits() {
     assert_eq!((t.index, t.best, t.second), (Some(123), 8.5, sorted[1]));
     assert_eq!(t.index, Some(cpu(&masked)));
     // Bans apply only up to n_banned.
-    assert_eq!(top2(gpu, &logits, &[40000, 40001], 1).index, Some(40001));
+    assert_eq!(top2(gpu, &logits, &[40000, 40001], 1, None).index, Some(40001));
     // No finite logit: no index.
-    let t = top2(gpu, &[f32::NEG_INFINITY, f32::NAN, f32::NEG_INFINITY], &[0], 0);
+    let t = top2(gpu, &[f32::NEG_INFINITY, f32::NAN, f32::NEG_INFINITY], &[0], 0, None);
     assert_eq!(t.index, None);
     // One candidate: an infinite gap.
-    let t = top2(gpu, &[f32::NEG_INFINITY, 2.0, f32::NEG_INFINITY], &[0], 0);
+    let t = top2(gpu, &[f32::NEG_INFINITY, 2.0, f32::NEG_INFINITY], &[0], 0, None);
     assert_eq!((t.index, t.gap()), (Some(1), f32::INFINITY));
+    // A grammar's mask: every third id and the last word's tail; with a ban on top of it.
+    let admits = |i: usize| i % 3 == 1 || i >= v - 5;
+    let mask = bitmask(v, admits);
+    let masked: Vec<f32> = logits.iter().enumerate().map(|(i, &l)| if admits(i) { l } else { f32::NEG_INFINITY }).collect();
+    let want = radixlm::engine::sampling::top2(&masked, |_| true);
+    let t = top2(gpu, &logits, &[0], 0, Some(&mask));
+    assert_eq!((t.index, t.best, t.second), (want.index, want.best, want.second));
+    assert_eq!(t.index, Some(40000), "40000 = 3·13333 + 1 is allowed");
+    let t = top2(gpu, &logits, &[40000], 1, Some(&mask));
+    assert_eq!(t.index, Some(radixlm::engine::sampling::top2(&masked, |i| i != 40000).index.unwrap()));
+    // A mask allowing one id picks it whatever its logit; one allowing none picks nothing.
+    assert_eq!(top2(gpu, &logits, &[0], 0, Some(&bitmask(v, |i| i == v - 1))).index, Some(v as u32 - 1));
+    assert_eq!(top2(gpu, &logits, &[0], 0, Some(&bitmask(v, |_| false))).index, None);
 }
 
-/// Runs topk.wgsl's passes over `logits`, skipping `banned[..n_banned]`.
-fn top_k(gpu: &Gpu, logits: &[f32], banned: &[u32], n_banned: u32) -> Vec<(u32, f32)> {
+/// Runs topk.wgsl's passes over `logits`, skipping `banned[..n_banned]` and, with a mask, the ids clear in it.
+fn top_k(gpu: &Gpu, logits: &[f32], banned: &[u32], n_banned: u32, mask: Option<&[u32]>) -> Vec<(u32, f32)> {
     let op = TopKOp::new(gpu, logits.len());
     let (lb, bb) = (gpu.upload("logits", f32_bytes(logits)), gpu.upload("banned", bytemuck::cast_slice(banned)));
-    let b = op.bind(gpu, &lb, &bb);
-    op.set_banned(gpu, &b, n_banned);
+    let ab = gpu.upload("allowed", bytemuck::cast_slice(mask.unwrap_or(&[0])));
+    let b = op.bind(gpu, &lb, &bb, &ab);
+    op.set_filter(gpu, &b, n_banned, mask.is_some());
     run(gpu, |p| op.encode(p, &b));
     let words = block_on(gpu, radixlm::gpu::readback::read_u32(gpu, &b.out, 0, TOPK_BYTES / 4)).unwrap();
     radixlm::gpu::ops::topk::candidates(&words)
@@ -623,8 +643,15 @@ fn top_k_matches_the_cpu_order_over_one_two_and_three_passes() {
             logits[60] = 9.0;
         }
         let banned = [60, 17];
-        assert_eq!(top_k(gpu, &logits, &banned, 0), cpu_top_k(&logits, &[]), "V={v}");
-        assert_eq!(top_k(gpu, &logits, &banned, 2), cpu_top_k(&logits, &banned), "V={v}, banned");
+        assert_eq!(top_k(gpu, &logits, &banned, 0, None), cpu_top_k(&logits, &[]), "V={v}");
+        assert_eq!(top_k(gpu, &logits, &banned, 2, None), cpu_top_k(&logits, &banned), "V={v}, banned");
+        // A grammar's mask (ids with bit 2 set, 60 among them), then with the bans as well: the
+        // kept set is the mask's best, the forbidden ids as if -inf.
+        let admits = |i: usize| i & 4 != 0;
+        let masked: Vec<f32> = logits.iter().enumerate().map(|(i, &l)| if admits(i) { l } else { f32::NEG_INFINITY }).collect();
+        let mask = bitmask(v, admits);
+        assert_eq!(top_k(gpu, &logits, &banned, 0, Some(&mask)), cpu_top_k(&masked, &[]), "V={v}, masked");
+        assert_eq!(top_k(gpu, &logits, &banned, 2, Some(&mask)), cpu_top_k(&masked, &banned), "V={v}, masked and banned");
     }
 }
 

@@ -58,6 +58,31 @@ fn json_schema_replies_validate_on_webgpu() {
     replies_validate(Backend::Gpu(radixlm::gpu::LimitsPolicy::Adapter));
 }
 
+/// The GPU's pick kernels apply the grammar's mask on the device (greedy and top-k in the real
+/// GPU's shapes): the same tokens as the mask applied to logits read back (a request asking for
+/// log-probabilities reads them back), and a mask computed every step.
+#[test]
+fn the_mask_on_the_device_picks_as_the_mask_on_read_back_logits() {
+    let opts = EngineOptions { kernels: Some(radixlm::gpu::ops::KernelShapes::GPU), ..Default::default() };
+    let mut engine = Backend::Gpu(radixlm::gpu::LimitsPolicy::Adapter).load(&default_model_bytes(), &opts);
+    let (prompt, schema) = cases().swap_remove(0);
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    for (temperature, seed) in [(0.0, 0), (0.9, 3)] {
+        let on_device = SamplingParams { temperature, seed, max_tokens: 16, response_format: Some(schema_format(&schema)), ..Default::default() };
+        let read_back = SamplingParams { logprobs: Some(1), ..on_device.clone() };
+        let got = generate(&mut engine, &prompt, &on_device).unwrap();
+        let want = generate(&mut engine, &prompt, &read_back).unwrap();
+        assert_eq!(got.tokens, want.tokens, "at {temperature}: {:?} vs {:?}", got.text, want.text);
+        assert_eq!(got.stats.mask.as_ref().map(|m| m.steps), want.stats.mask.as_ref().map(|m| m.steps));
+        assert!(got.stats.mask.as_ref().is_some_and(|m| m.steps >= got.tokens.len()));
+        // Cut at 16 tokens the reply is a prefix of valid JSON; when it ended, it validates.
+        if got.finish_reason == FinishReason::Stop {
+            let value: Value = serde_json::from_str(&got.text).unwrap();
+            assert!(validator.is_valid(&value), "{}", got.text);
+        }
+    }
+}
+
 #[test]
 fn json_object_replies_are_objects() {
     let mut engine = Backend::Cpu.load(&default_model_bytes(), &EngineOptions::default());

@@ -117,8 +117,8 @@ impl CpuBackend {
 
     /// Runs `tokens` at positions `start_pos..`, writing their K/V into the pages of
     /// `page_table` (which must cover every position up to the last token), and ends as `head`
-    /// asks. `banned`: the ids a greedy pick skips when asked to.
-    pub fn forward(&mut self, tokens: &[u32], start_pos: usize, page_table: &[u32], head: Head, banned: &[u32]) -> Result<HeadOut, CpuError> {
+    /// asks. `stops`: the end-of-sequence ids a pick skips when asked to.
+    pub fn forward(&mut self, tokens: &[u32], start_pos: usize, page_table: &[u32], head: Head<'_>, stops: &[u32]) -> Result<HeadOut, CpuError> {
         let t = tokens.len();
         if t == 0 || t > self.max_batch || (start_pos + t).div_ceil(self.kv.page_size) > page_table.len() || page_table.iter().any(|&p| p as usize >= self.kv.n_pages) {
             return Err(CpuError::Batch);
@@ -132,7 +132,7 @@ impl CpuBackend {
         }
         let logits = self.logits::<Native>(t);
         Ok(match head {
-            Head::Greedy { ban_stops } => HeadOut::Picked(top2(&logits, if ban_stops { banned } else { &[] })),
+            Head::Greedy(pick) => HeadOut::Picked(top2(&logits, |id| pick.admits(id, stops))),
             _ => HeadOut::Logits(logits),
         })
     }

@@ -16,15 +16,33 @@ use crate::model::Config;
 
 /// What a forward pass ends with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Head {
+pub enum Head<'a> {
     /// Nothing: a prefill batch that is not the prompt's last.
     None,
     /// The last token's logits.
     Logits,
-    /// The greedy pick over the last token's logits, skipping the end-of-sequence ids if asked.
-    Greedy { ban_stops: bool },
-    /// The largest logits with their ids (only where [`Backend::has_top_k`]).
-    TopK { ban_stops: bool },
+    /// The greedy pick over the last token's logits, among the ids `Pick` allows.
+    Greedy(Pick<'a>),
+    /// The largest logits with their ids, among the ids `Pick` allows (only where
+    /// [`Backend::has_top_k`]).
+    TopK(Pick<'a>),
+}
+
+/// Which ids a pick on the backend may choose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Pick<'a> {
+    /// Skip the end-of-sequence ids (ignore_eos).
+    pub ban_stops: bool,
+    /// A grammar's mask: bit `i % 32` of word `i / 32` set where id `i` is allowed, one bit per
+    /// logit ([`crate::engine::constraint::Constraint::allowed`]).
+    pub allowed: Option<&'a [u32]>,
+}
+
+impl Pick<'_> {
+    /// Whether id `id` may be picked, given the end-of-sequence ids `stops`.
+    pub fn admits(&self, id: u32, stops: &[u32]) -> bool {
+        !(self.ban_stops && stops.contains(&id)) && self.allowed.is_none_or(|words| super::constraint::is_allowed(words, id))
+    }
 }
 
 /// What a forward pass gave.
@@ -133,12 +151,12 @@ impl Backend {
     }
 
     /// Runs `tokens` at positions `start_pos..`, writing their K/V into the pages of
-    /// `page_table` (which covers every position up to the last token). `banned`: the ids
-    /// a greedy pick skips when asked to.
-    pub async fn forward(&mut self, tokens: &[u32], start_pos: usize, page_table: &[u32], head: Head, banned: &[u32]) -> Result<HeadOut, EngineError> {
+    /// `page_table` (which covers every position up to the last token). `stops`: the
+    /// end-of-sequence ids a pick skips when asked to.
+    pub async fn forward(&mut self, tokens: &[u32], start_pos: usize, page_table: &[u32], head: Head<'_>, stops: &[u32]) -> Result<HeadOut, EngineError> {
         match self {
             Backend::Gpu(b) => b.forward(tokens, start_pos, page_table, head).await,
-            Backend::Cpu(b) => Ok(b.forward(tokens, start_pos, page_table, head, banned)?),
+            Backend::Cpu(b) => Ok(b.forward(tokens, start_pos, page_table, head, stops)?),
         }
     }
 

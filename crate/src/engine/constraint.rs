@@ -139,15 +139,30 @@ pub struct Constraint {
 }
 
 impl Constraint {
-    /// Sets the logits of the tokens the grammar forbids next to -inf; the stop tokens are
-    /// allowed only where the grammar may end.
-    pub fn mask(&mut self, logits: &mut [f32], stop_ids: &[u32]) -> Result<(), ConstraintError> {
+    /// The ids the grammar allows next as a bitmask over `n_logits` ids (bit `i % 32` of word
+    /// `i / 32`, ids past the vocabulary cleared): the stop tokens are allowed only where the
+    /// grammar may end. The GPU's pick kernels read it as it is.
+    pub fn allowed(&mut self, stop_ids: &[u32], n_logits: usize) -> Result<Vec<u32>, ConstraintError> {
         let mask = self.matcher.compute_mask_or_eos().map_err(|e| ConstraintError::Matcher(e.to_string()))?;
         let may_end = mask.is_allowed(self.eos);
+        let mut words = vec![0u32; n_logits.div_ceil(32)];
+        let vocab = mask.len().min(n_logits);
+        let full = vocab / 32;
+        words[..full].copy_from_slice(&mask.as_slice()[..full]);
+        for id in full * 32..vocab {
+            set_bit(&mut words, id as u32, mask.is_allowed(id as u32));
+        }
+        for &id in stop_ids.iter().filter(|&&id| (id as usize) < n_logits) {
+            set_bit(&mut words, id, may_end);
+        }
+        Ok(words)
+    }
+
+    /// Sets the logits of the tokens the grammar forbids next to -inf (as [`allowed`](Self::allowed)).
+    pub fn mask(&mut self, logits: &mut [f32], stop_ids: &[u32]) -> Result<(), ConstraintError> {
+        let words = self.allowed(stop_ids, logits.len())?;
         for (id, l) in logits.iter_mut().enumerate() {
-            let id = id as u32;
-            let allowed = if stop_ids.contains(&id) { may_end } else { mask.is_allowed(id) };
-            if !allowed {
+            if !is_allowed(&words, id as u32) {
                 *l = f32::NEG_INFINITY;
             }
         }
@@ -157,5 +172,32 @@ impl Constraint {
     /// Advances past the chosen (allowed) token.
     pub fn consume(&mut self, token: u32) -> Result<(), ConstraintError> {
         self.matcher.consume_token(token).map_err(|e| ConstraintError::Matcher(e.to_string()))
+    }
+}
+
+/// Whether id `id` is set in bitmask `words`.
+pub fn is_allowed(words: &[u32], id: u32) -> bool {
+    words.get(id as usize / 32).is_some_and(|w| w >> (id % 32) & 1 == 1)
+}
+
+fn set_bit(words: &mut [u32], id: u32, on: bool) {
+    let (w, bit) = (id as usize / 32, 1u32 << (id % 32));
+    words[w] = if on { words[w] | bit } else { words[w] & !bit };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bits_are_lsb_first_per_word() {
+        let mut words = vec![0u32; 3];
+        for id in [0, 31, 32, 70] {
+            set_bit(&mut words, id, true);
+        }
+        assert_eq!(words, vec![1 | 1 << 31, 1, 1 << 6]);
+        assert!((0..96).all(|id| is_allowed(&words, id) == [0, 31, 32, 70].contains(&id)));
+        set_bit(&mut words, 31, false);
+        assert!(!is_allowed(&words, 31) && !is_allowed(&words, 1000));
     }
 }

@@ -30,7 +30,7 @@ use crate::kv::{CacheError, CacheStats, PrefixCache, DEFAULT_PAGE_SIZE};
 use crate::model::{Config, ModelError};
 use crate::tokenizer::{ChatTemplate, Message, Tokenizer, TokenizerError};
 
-use backend::{Backend, Head, HeadOut};
+use backend::{Backend, Head, HeadOut, Pick};
 use constraint::{ConstraintError, Grammars};
 use sampling::SamplingParams;
 use spill::{SpillStats, SpillTier};
@@ -557,6 +557,9 @@ impl Engine {
         if pos < req.prompt.len() {
             let end = (pos + self.backend.max_batch()).min(req.prompt.len());
             let last = end == req.prompt.len();
+            if last {
+                self.ready_mask(req)?;
+            }
             let head = if last { self.head_for(req) } else { Head::None };
             let out = self.backend.forward(&req.prompt[pos..end], pos, req.seq.pages(), head, self.tokenizer.stop_ids()).await?;
             if last {
@@ -572,6 +575,7 @@ impl Engine {
         }
         // Decode: compute the KV of the token sampled last step, then sample the next.
         if let Some(token) = req.unfed.take() {
+            self.ready_mask(req)?;
             let head = self.head_for(req);
             let out = self.backend.forward(&[token], req.seq.len(), req.seq.pages(), head, self.tokenizer.stop_ids()).await?;
             req.seq.extend(&[token]);
@@ -604,7 +608,7 @@ impl Engine {
                 }
                 let token = req.sampler.sample(&logits);
                 let logprob = req.params.logprobs.map(|top| sampling::TokenLogprob::of(&logits, token, top));
-                (token, sampling::top2(&logits, &[]).gap(), logprob)
+                (token, sampling::top2(&logits, |_| true).gap(), logprob)
             }
         };
         req.ttft_s.get_or_insert_with(|| req.started.elapsed().as_secs_f64());
@@ -637,18 +641,33 @@ impl Engine {
     }
 
     /// How the pass over the last known token ends: for greedy decoding the backend's pick, for
-    /// top-k sampling where the backend serves it the largest logits, otherwise the logits.
-    fn head_for(&self, req: &Request) -> Head {
-        let ban_stops = req.params.ignore_eos;
-        if req.wants_logits || req.constraint.is_some() || req.params.needs_logits() {
+    /// top-k sampling where the backend serves it the largest logits, otherwise the logits. A
+    /// pick under a grammar takes the step's mask ([`ready_mask`](Self::ready_mask)).
+    fn head_for<'r>(&self, req: &'r Request) -> Head<'r> {
+        // Under a grammar the mask decides where the stop tokens may come.
+        let pick = Pick { ban_stops: req.params.ignore_eos && req.constraint.is_none(), allowed: req.allowed.as_deref() };
+        if req.wants_logits || req.params.needs_logits() {
             Head::Logits
         } else if req.params.is_greedy() {
-            Head::Greedy { ban_stops }
+            Head::Greedy(pick)
         } else if self.backend.has_top_k() && req.params.needs_at_most(crate::gpu::ops::MAX_TOP_K) {
-            Head::TopK { ban_stops }
+            Head::TopK(pick)
         } else {
             Head::Logits
         }
+    }
+
+    /// Before the pass over the last known token: under a grammar, when the backend picks, the
+    /// grammar's mask for the pick (so the pass reads back no logits). Its time goes to stats.
+    fn ready_mask(&self, req: &mut Request) -> Result<(), EngineError> {
+        let picks = matches!(self.head_for(req), Head::Greedy(_) | Head::TopK(_));
+        req.allowed = None;
+        if let (true, Some(constraint)) = (picks, &mut req.constraint) {
+            let started = Instant::now();
+            req.allowed = Some(constraint.allowed(self.tokenizer.stop_ids(), self.cfg.vocab_size)?);
+            req.mask_ms.push((started.elapsed().as_secs_f64() * 1e3) as f32);
+        }
+        Ok(())
     }
 
     /// Generates a reply to `prompt` (the whole token history of the conversation). What `seq`

@@ -59,6 +59,8 @@ pub struct Request {
     pub(super) constraint: Option<super::constraint::Constraint>,
     /// With a response format: each step's token mask, in milliseconds.
     pub(super) mask_ms: Vec<f32>,
+    /// With a response format and a pick on the backend: the step's mask (Constraint::allowed).
+    pub(super) allowed: Option<Vec<u32>>,
     /// With `logprobs`: each sampled token's.
     pub(super) logprobs: Vec<TokenLogprob>,
 }
@@ -89,6 +91,7 @@ impl Request {
             chat: None,
             constraint: None,
             mask_ms: Vec::new(),
+            allowed: None,
             logprobs: Vec::new(),
         }
     }

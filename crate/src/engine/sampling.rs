@@ -166,11 +166,11 @@ impl Top2 {
     }
 }
 
-/// The largest logit and the runner-up, skipping `banned` ids; the lowest id wins a tie.
-pub fn top2(logits: &[f32], banned: &[u32]) -> Top2 {
+/// The largest logit and the runner-up among the ids `admits`; the lowest id wins a tie.
+pub fn top2(logits: &[f32], admits: impl Fn(u32) -> bool) -> Top2 {
     let (mut index, mut best, mut second) = (None, f32::NEG_INFINITY, f32::NEG_INFINITY);
     for (i, &l) in logits.iter().enumerate() {
-        if l.is_nan() || banned.contains(&(i as u32)) {
+        if l.is_nan() || !admits(i as u32) {
             continue;
         }
         if l > best || index.is_none() && l > f32::NEG_INFINITY {

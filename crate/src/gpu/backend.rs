@@ -60,7 +60,7 @@ impl GpuBackend {
         self.forward.has_gpu_top_k()
     }
 
-    pub async fn forward(&mut self, tokens: &[u32], start_pos: usize, pages: &[u32], head: Head) -> Result<HeadOut, EngineError> {
+    pub async fn forward(&mut self, tokens: &[u32], start_pos: usize, pages: &[u32], head: Head<'_>) -> Result<HeadOut, EngineError> {
         let gpu = &self.gpu;
         let out = match head {
             Head::None => {
@@ -76,12 +76,12 @@ impl GpuBackend {
                 self.cfg.cap_logits(&mut logits);
                 HeadOut::Logits(logits)
             }
-            Head::Greedy { ban_stops } => {
-                let top2 = self.forward.run_greedy(gpu, tokens, start_pos, pages, ban_stops).await?;
+            Head::Greedy(pick) => {
+                let top2 = self.forward.run_greedy(gpu, tokens, start_pos, pages, pick).await?;
                 HeadOut::Picked(Top2 { best: self.cfg.cap_logit(top2.best), second: self.cfg.cap_logit(top2.second), ..top2 })
             }
-            Head::TopK { ban_stops } => {
-                let candidates = self.forward.run_top_k(gpu, tokens, start_pos, pages, ban_stops).await?;
+            Head::TopK(pick) => {
+                let candidates = self.forward.run_top_k(gpu, tokens, start_pos, pages, pick).await?;
                 HeadOut::Candidates(candidates.into_iter().map(|(id, l)| (id, self.cfg.cap_logit(l))).collect())
             }
         };

@@ -4,7 +4,8 @@
 //! Every buffer, bind group and staging buffer is created once, sized for `max_batch` tokens;
 //! a call writes the token ids, the step parameters and the page table, then encodes one
 //! compute pass and submits it once. A greedy step ends the pass with the top-2 pick and reads
-//! back its 16 bytes; a sampled step reads back the logits.
+//! back its 16 bytes, a top-k step its 512; under a grammar the pick first takes the step's
+//! mask (V / 32 words written before the pass); other steps read back the logits.
 
 use crate::gpu::context::Gpu;
 use crate::gpu::ops::{
@@ -18,6 +19,7 @@ use super::kv_pool::KvPool;
 use crate::model::{Config, ModelError};
 
 use super::model_weights::{AttnIn, FfnIn, ModelWeights};
+use crate::engine::backend::Pick;
 use crate::engine::EngineError;
 
 /// One layer's ops, each with its bindings (pipelines are shared through the device's
@@ -61,6 +63,8 @@ pub struct Forward {
     /// The ids a greedy pick may skip (the end-of-sequence tokens) and how many to skip.
     pick_params: wgpu::Buffer,
     n_banned: u32,
+    /// A grammar's mask for the pick: V bits, written only by steps under a grammar.
+    allowed: wgpu::Buffer,
     picked: wgpu::Buffer, // TOP2_BYTES
     picked_staging: wgpu::Buffer,
     /// Top-k candidates on the GPU, where the kernel shapes say so.
@@ -82,10 +86,11 @@ enum Head {
     None,
     /// The last token's logits, read back whole.
     Logits,
-    /// The greedy pick over the last token's logits, skipping the banned ids if asked.
-    Top2 { ban: bool },
-    /// The MAX_TOP_K largest logits and their ids, skipping the banned ids if asked.
-    TopK { ban: bool },
+    /// The greedy pick over the last token's logits, skipping the banned ids if asked and,
+    /// when masked, the ids clear in `allowed`.
+    Top2 { ban: bool, masked: bool },
+    /// The MAX_TOP_K largest logits and their ids, filtered as Top2.
+    TopK { ban: bool, masked: bool },
 }
 
 impl Forward {
@@ -123,6 +128,7 @@ impl Forward {
         let logits_staging = staging(gpu, "logits.staging", cfg.vocab_size as u64 * 4);
         let pick_params = gpu.uniform("pick", &PickParams::default());
         let banned_ids = gpu.upload("banned", bytemuck::cast_slice(if banned.is_empty() { &[u32::MAX] } else { banned }));
+        let allowed = gpu.storage("allowed", cfg.vocab_size.div_ceil(32) as u64 * 4);
         let picked = gpu.storage("picked", TOP2_BYTES);
         let picked_staging = staging(gpu, "picked.staging", TOP2_BYTES);
 
@@ -216,10 +222,10 @@ impl Forward {
         let lm_head_op = Matmul::with_shape(gpu, shapes.matmul, head.ty, head.k, head.n, false);
         let lm_head_b = lm_head_op.bind(gpu, &step_last, &last, head, &logits);
         let top2_op = Top2Op::new(gpu, cfg.vocab_size);
-        let top2_b = top2_op.bind(gpu, &pick_params, &logits, &banned_ids, &picked);
+        let top2_b = top2_op.bind(gpu, &pick_params, &logits, &banned_ids, &allowed, &picked);
         let topk = shapes.gpu_top_k.then(|| {
             let op = TopKOp::new(gpu, cfg.vocab_size);
-            let binding = op.bind(gpu, &logits, &banned_ids);
+            let binding = op.bind(gpu, &logits, &banned_ids, &allowed);
             (op, binding)
         });
         let topk_staging = staging(gpu, "topk.staging", TOPK_BYTES);
@@ -236,6 +242,7 @@ impl Forward {
             logits_staging,
             pick_params,
             n_banned: banned.len() as u32,
+            allowed,
             picked,
             picked_staging,
             topk,
@@ -275,10 +282,11 @@ impl Forward {
         Ok(bytemuck::pod_collect_to_vec(&bytes))
     }
 
-    /// `run`, then the greedy pick over the last token's logits (skipping the end-of-sequence
-    /// tokens when `ban_stops`), reading back 16 bytes.
-    pub async fn run_greedy(&mut self, gpu: &Gpu, tokens: &[u32], start_pos: usize, page_table: &[u32], ban_stops: bool) -> Result<Top2, EngineError> {
-        self.submit(gpu, tokens, start_pos, page_table, Head::Top2 { ban: ban_stops }).await?;
+    /// `run`, then the greedy pick over the last token's logits among the ids `pick` allows,
+    /// reading back 16 bytes.
+    pub async fn run_greedy(&mut self, gpu: &Gpu, tokens: &[u32], start_pos: usize, page_table: &[u32], pick: Pick<'_>) -> Result<Top2, EngineError> {
+        let masked = self.write_mask(gpu, pick)?;
+        self.submit(gpu, tokens, start_pos, page_table, Head::Top2 { ban: pick.ban_stops, masked }).await?;
         let bytes = map_read(gpu, &self.picked_staging, TOP2_BYTES).await?;
         let words: [u32; 4] = bytemuck::pod_read_unaligned(&bytes);
         Ok(Top2::from_words(words))
@@ -290,14 +298,25 @@ impl Forward {
     }
 
     /// `run`, then the MAX_TOP_K largest of the last token's logits with their ids, largest
-    /// first (skipping the end-of-sequence tokens when `ban_stops`), reading back 512 bytes.
-    pub async fn run_top_k(&mut self, gpu: &Gpu, tokens: &[u32], start_pos: usize, page_table: &[u32], ban_stops: bool) -> Result<Vec<(u32, f32)>, EngineError> {
+    /// first, among the ids `pick` allows, reading back 512 bytes.
+    pub async fn run_top_k(&mut self, gpu: &Gpu, tokens: &[u32], start_pos: usize, page_table: &[u32], pick: Pick<'_>) -> Result<Vec<(u32, f32)>, EngineError> {
         if self.topk.is_none() {
             return Err(EngineError::Internal("top-k on the GPU asked of a forward pass built without it"));
         }
-        self.submit(gpu, tokens, start_pos, page_table, Head::TopK { ban: ban_stops }).await?;
+        let masked = self.write_mask(gpu, pick)?;
+        self.submit(gpu, tokens, start_pos, page_table, Head::TopK { ban: pick.ban_stops, masked }).await?;
         let bytes = map_read(gpu, &self.topk_staging, TOPK_BYTES).await?;
         Ok(topk::candidates(&bytemuck::pod_collect_to_vec(&bytes)))
+    }
+
+    /// Writes a grammar's mask for the next pick, if `pick` has one; whether it had.
+    fn write_mask(&self, gpu: &Gpu, pick: Pick<'_>) -> Result<bool, EngineError> {
+        let Some(words) = pick.allowed else { return Ok(false) };
+        if words.len() != self.vocab.div_ceil(32) {
+            return Err(EngineError::Internal("a grammar's mask of another vocabulary's size"));
+        }
+        gpu.queue.write_buffer(&self.allowed, 0, bytemuck::cast_slice(words));
+        Ok(true)
     }
 
     async fn submit(&mut self, gpu: &Gpu, tokens: &[u32], start_pos: usize, page_table: &[u32], head: Head) -> Result<(), EngineError> {
@@ -322,11 +341,11 @@ impl Forward {
             q.write_buffer(buffer, 0, bytemuck::bytes_of(&plan.split_params()));
         }
         match (head, &self.topk) {
-            (Head::Top2 { ban }, _) => {
-                let pick = PickParams { n_banned: if ban { self.n_banned } else { 0 }, ..Default::default() };
+            (Head::Top2 { ban, masked }, _) => {
+                let pick = PickParams { n_banned: if ban { self.n_banned } else { 0 }, masked: masked as u32, ..Default::default() };
                 q.write_buffer(&self.pick_params, 0, bytemuck::bytes_of(&pick));
             }
-            (Head::TopK { ban }, Some((op, b))) => op.set_banned(gpu, b, if ban { self.n_banned } else { 0 }),
+            (Head::TopK { ban, masked }, Some((op, b))) => op.set_filter(gpu, b, if ban { self.n_banned } else { 0 }, masked),
             _ => {}
         }
 

@@ -1,11 +1,12 @@
 //! Greedy decoding's pick on the GPU (top2.wgsl): the largest logit's index and its lead over
-//! the runner-up, skipping banned ids, so a greedy step reads back 16 bytes, not V logits.
+//! the runner-up, skipping banned ids and those a grammar's mask forbids, so a greedy step
+//! reads back 16 bytes, not V logits.
 
 use super::wgsl;
 use crate::gpu::pipelines::{Kernel, OpKind, PipelineKey, Slot};
 use crate::gpu::Gpu;
 
-pub const KERNEL: Kernel = Kernel { op: OpKind::Top2, source: wgsl!("top2.wgsl", "banned.wgsl"), slots: &[Slot::Uniform, Slot::Read, Slot::Read, Slot::ReadWrite] };
+pub const KERNEL: Kernel = Kernel { op: OpKind::Top2, source: wgsl!("top2.wgsl", "pick_filter.wgsl"), slots: &[Slot::Uniform, Slot::Read, Slot::Read, Slot::Read, Slot::ReadWrite] };
 
 /// Bytes of the kernel's output: index, best and second logit (f32 bits), padding.
 pub const TOP2_BYTES: u64 = 16;
@@ -16,7 +17,9 @@ pub const TOP2_BYTES: u64 = 16;
 pub struct PickParams {
     /// How many of the banned ids apply this step (0: none).
     pub n_banned: u32,
-    pub _pad: [u32; 3],
+    /// 1: only the ids set in the `allowed` bitmask.
+    pub masked: u32,
+    pub _pad: [u32; 2],
 }
 
 pub use crate::engine::sampling::Top2;
@@ -31,7 +34,7 @@ impl Top2 {
     }
 }
 
-/// params, logits (V) f32, banned ids → out (4) u32.
+/// params, logits (V) f32, banned ids, allowed bitmask → out (4) u32.
 pub struct Top2Op {
     pipeline: wgpu::ComputePipeline,
 }
@@ -45,10 +48,10 @@ impl Top2Op {
         Self { pipeline: gpu.pipeline(&KERNEL, PipelineKey::new(OpKind::Top2, "main").with("V", vocab as u32)) }
     }
 
-    /// Binds `params` (PickParams), `logits` (V) f32, `banned` (u32 ids, at least one word) and
-    /// `out` (at least TOP2_BYTES).
-    pub fn bind(&self, gpu: &Gpu, params: &wgpu::Buffer, logits: &wgpu::Buffer, banned: &wgpu::Buffer, out: &wgpu::Buffer) -> Top2Binding {
-        Top2Binding { group: gpu.bind_group("top2", KERNEL.slots, &[params, logits, banned, out]) }
+    /// Binds `params` (PickParams), `logits` (V) f32, `banned` (u32 ids, at least one word),
+    /// `allowed` (a bitmask of V bits in whole words) and `out` (at least TOP2_BYTES).
+    pub fn bind(&self, gpu: &Gpu, params: &wgpu::Buffer, logits: &wgpu::Buffer, banned: &wgpu::Buffer, allowed: &wgpu::Buffer, out: &wgpu::Buffer) -> Top2Binding {
+        Top2Binding { group: gpu.bind_group("top2", KERNEL.slots, &[params, logits, banned, allowed, out]) }
     }
 
     pub fn encode(&self, pass: &mut wgpu::ComputePass, binding: &Top2Binding) {

@@ -8,8 +8,8 @@ use crate::gpu::Gpu;
 
 pub const KERNEL: Kernel = Kernel {
     op: OpKind::TopK,
-    source: wgsl!("topk.wgsl", "banned.wgsl"),
-    slots: &[Slot::Uniform, Slot::Read, Slot::Read, Slot::Read, Slot::ReadWrite],
+    source: wgsl!("topk.wgsl", "pick_filter.wgsl"),
+    slots: &[Slot::Uniform, Slot::Read, Slot::Read, Slot::Read, Slot::Read, Slot::ReadWrite],
 };
 
 /// Candidates kept (topk.wgsl K_OUT): the largest `top_k` the GPU can serve.
@@ -26,7 +26,7 @@ struct SelectParams {
     n_in: u32,
     from_logits: u32,
     n_banned: u32,
-    _pad: u32,
+    masked: u32,
 }
 
 /// Decodes the kernel's output: (id, logit) pairs, largest logit first, without the padding
@@ -53,23 +53,24 @@ impl TopKOp {
         Self { vocab: vocab as u32, pipeline: gpu.pipeline(&KERNEL, PipelineKey::new(OpKind::TopK, "select_top")) }
     }
 
-    /// Binds `logits` (V) f32 and `banned` (u32 ids, at least one word).
-    pub fn bind(&self, gpu: &Gpu, logits: &wgpu::Buffer, banned: &wgpu::Buffer) -> TopKBinding {
+    /// Binds `logits` (V) f32, `banned` (u32 ids, at least one word) and `allowed` (a bitmask
+    /// of V bits in whole words).
+    pub fn bind(&self, gpu: &Gpu, logits: &wgpu::Buffer, banned: &wgpu::Buffer, allowed: &wgpu::Buffer) -> TopKBinding {
         let k = MAX_TOP_K as u32;
         let first_chunks = self.vocab.div_ceil(CHUNK);
         // Two buffers the passes write in turn, each large enough for the first pass's output.
         let bytes = first_chunks as u64 * k as u64 * 8;
         let bufs = [gpu.storage("topk.a", bytes), gpu.storage("topk.b", bytes)];
-        let first_params = gpu.uniform("topk.params", &self.first_pass(0));
+        let first_params = gpu.uniform("topk.params", &self.first_pass(0, false));
         let mut passes = Vec::new();
         let mut n_in = self.vocab;
         loop {
             let chunks = n_in.div_ceil(CHUNK);
             let pass = passes.len();
             let (read, write) = (&bufs[(pass + 1) % 2], &bufs[pass % 2]);
-            let later = (pass > 0).then(|| gpu.uniform("topk.params", &SelectParams { n_in, from_logits: 0, n_banned: 0, _pad: 0 }));
+            let later = (pass > 0).then(|| gpu.uniform("topk.params", &SelectParams { n_in, from_logits: 0, n_banned: 0, masked: 0 }));
             let p = later.as_ref().unwrap_or(&first_params);
-            passes.push((gpu.bind_group("topk", KERNEL.slots, &[p, logits, banned, read, write]), chunks));
+            passes.push((gpu.bind_group("topk", KERNEL.slots, &[p, logits, banned, allowed, read, write]), chunks));
             if chunks == 1 {
                 break;
             }
@@ -80,14 +81,16 @@ impl TopKOp {
         TopKBinding { passes, first_params, out }
     }
 
-    /// Sets how many of the banned ids the next passes skip.
-    pub fn set_banned(&self, gpu: &Gpu, binding: &TopKBinding, n_banned: u32) {
-        gpu.queue.write_buffer(&binding.first_params, 0, bytemuck::bytes_of(&self.first_pass(n_banned)));
+    /// Sets how many of the banned ids the next passes skip, and whether they keep only the ids
+    /// set in the `allowed` bitmask.
+    pub fn set_filter(&self, gpu: &Gpu, binding: &TopKBinding, n_banned: u32, masked: bool) {
+        gpu.queue.write_buffer(&binding.first_params, 0, bytemuck::bytes_of(&self.first_pass(n_banned, masked)));
     }
 
-    /// The first pass's parameters: every logit in, skipping `n_banned` of the banned ids.
-    fn first_pass(&self, n_banned: u32) -> SelectParams {
-        SelectParams { n_in: self.vocab, from_logits: 1, n_banned, _pad: 0 }
+    /// The first pass's parameters: every logit in, skipping `n_banned` of the banned ids and,
+    /// when `masked`, those clear in `allowed`.
+    fn first_pass(&self, n_banned: u32, masked: bool) -> SelectParams {
+        SelectParams { n_in: self.vocab, from_logits: 1, n_banned, masked: masked as u32 }
     }
 
     /// Dispatches one op makes: one per pass.
