@@ -19,10 +19,14 @@ threads_rustflags="-C target-feature=+simd128,+atomics,+bulk-memory,+mutable-glo
 -C link-arg=--export=__wasm_init_tls -C link-arg=--export=__tls_size \
 -C link-arg=--export=__tls_align -C link-arg=--export=__tls_base"
 
+# The glue's declarations, generated from the crate's Rust types (tsify, wasm-bindgen), go to
+# pkg/src/ too: the package's TypeScript compiles against them, so a change of the contract on
+# one side fails the build on the other.
 bindgen() { # wasm file, output folder, extra wasm-opt flags
   local out=pkg/dist/$2
-  mkdir -p "$out"
+  mkdir -p "$out" "pkg/src/$2"
   wasm-bindgen --target web --out-dir "$out" --out-name radixlm "$1"
+  cp "$out/radixlm.d.ts" "pkg/src/$2/radixlm.d.ts"
   pkg/node_modules/.bin/wasm-opt -O3 "${opt_features[@]}" ${3:-} "$out/radixlm_bg.wasm" -o "$out/radixlm_bg.wasm"
 }
 

@@ -189,4 +189,15 @@ fn request_fields_are_checked_by_name() {
     fails(r#"{"prompt": "x", "frequency_penalty": 2.5}"#, "frequency_penalty must be a number in [-2, 2]");
     fails(r#"{"prompt": "x", "repetition_penalty": 0}"#, "repetition_penalty must be a number > 0");
     fails(r#"{"prompt": "x", "max_tokens": 4, "max_completion_tokens": 5}"#, "disagree");
+    fails(r#"{"prompt": "x", "temperature": -0.5}"#, "temperature must be a number >= 0");
+    fails(r#"{"prompt": "x", "top_p": 0}"#, "top_p must be in (0, 1]");
+    fails(r#"{"prompt": "x", "max_tokens": 0}"#, "max_tokens must be at least 1");
+    fails(r#"{"prompt": "x", "max_tokens": -1}"#, "invalid value: integer `-1`");
+    fails(r#"{"prompt": "x", "stop": ["a", ""]}"#, "stop strings must not be empty");
+    let completion: RequestFields = serde_json::from_str(r#"{"prompt": "x", "logprobs": true}"#).unwrap();
+    assert!(completion.completion_prompt().unwrap_err().contains("number of alternatives"));
+    let chat: RequestFields = serde_json::from_str(r#"{"messages": [{"role": "user", "content": "x"}], "logprobs": 2}"#).unwrap();
+    assert!(chat.conversation().unwrap_err().contains("true or false"));
+    // An explicit null is an unset field, as in OpenAI's API.
+    assert!(check(r#"{"prompt": "x", "stop": null, "ignore_eos": null, "n": null, "response_format": null}"#).is_ok());
 }

@@ -37,7 +37,7 @@ fn chat(engine: &mut Engine, request: Value) -> Value {
     let mut req = engine.start_chat(&mut seq, &messages, &sampling.params).unwrap();
     let generation = poller.block_on(engine.run_to_end(&mut req, |_| true)).unwrap();
     engine.release(&mut req.into_sequence());
-    api::result(&engine.tokenizer, &[generation], false, calls)
+    serde_json::to_value(api::RequestResult::new(&engine.tokenizer, &[generation], false, calls).unwrap()).unwrap()
 }
 
 fn refused(request: Value) -> String {

@@ -1,46 +1,13 @@
-// The JSON the wasm engine returns, and its conversion into the package's types (in the worker).
+// The values the wasm engine returns, typed by the declarations generated from the crate's Rust
+// types (dist/wasm/radixlm.d.ts, copied to src/wasm/ by the build), and their conversion into the
+// package's types (in the worker).
 
+import { InternalError } from "./errors.js";
 import type { Generation } from "./protocol.js";
-import type { CacheStats, GenerationStats, ModelInfo, TokenLogprob } from "./types.js";
+import type { CacheStats, ModelInfo } from "./types.js";
+import type { EngineStats, ModelInfo as WasmInfo, RequestResult, StepEvent } from "./wasm/radixlm.js";
 
-type WasmFinish = "stop" | "length" | "tool_calls" | "context_full" | "abort";
-
-/** One choice of a "done" event. */
-interface DoneChoice {
-  index: number;
-  finish_reason: WasmFinish;
-  text: string;
-  tokens: number[];
-  /** Each token's logit lead over the runner-up. */
-  top2_gaps: number[];
-  logprobs: TokenLogprob[] | null;
-  tool_calls: { name: string; arguments: string }[] | null;
-}
-
-/** The "done" event of a request: every choice and the counts; "abort" if it was aborted, else the first choice's finish. */
-export interface DoneEvent {
-  type: "done";
-  finish_reason: WasmFinish;
-  choices: [DoneChoice, ...DoneChoice[]];
-  usage: { prompt_tokens: number; completion_tokens: number; cached_tokens: number; restored_tokens: number };
-  stats: GenerationStats;
-}
-
-/**
- * What one WasmEngine.step() did. A token's text is "" while it is held back (partial UTF-8,
- * maybe a stop string); `index` is its choice. "choice_done": a choice ended, the next follows.
- */
-export type StepEvent =
-  | { type: "prefill"; done: number; total: number }
-  | { type: "token"; index: number; token: number; text: string; logprob: TokenLogprob | null }
-  | { type: "choice_done"; index: number }
-  | DoneEvent;
-
-/** WasmEngine.step()'s answer. */
-export const parseStep = (json: string): StepEvent => JSON.parse(json) as StepEvent;
-
-/** WasmEngine.abort()'s answer: the "done" event, or null when no request was running. */
-export const parseAbort = (json: string): DoneEvent | null => JSON.parse(json) as DoneEvent | null;
+export type { RequestResult, StepEvent };
 
 /** `map` over a non-empty list, keeping it non-empty. */
 export function mapChoices<T, U>(list: [T, ...T[]], f: (item: T, index: number) => U): [U, ...U[]] {
@@ -48,9 +15,11 @@ export function mapChoices<T, U>(list: [T, ...T[]], f: (item: T, index: number) 
 }
 
 /** A finished request; "context_full" is reported as OpenAI's "length". */
-export function generation(done: DoneEvent): Generation {
+export function generation(done: RequestResult): Generation {
+  const [first, ...rest] = done.choices;
+  if (!first) throw new InternalError("A request ended without choices.");
   return {
-    choices: mapChoices(done.choices, (c) => ({
+    choices: mapChoices([first, ...rest], (c) => ({
       text: c.text,
       tokens: c.tokens,
       top2Gaps: c.top2_gaps,
@@ -63,25 +32,8 @@ export function generation(done: DoneEvent): Generation {
   };
 }
 
-interface WasmInfo {
-  model_name: string;
-  architecture: string;
-  n_layers: number;
-  n_embd: number;
-  vocab_size: number;
-  n_ctx: number;
-  max_context: number;
-  page_size: number;
-  adapter: string;
-  backend: "webgpu" | "cpu";
-  threads: number;
-  fingerprint: string;
-  has_chat_template: boolean;
-}
-
 /** WasmEngine.info() as the public ModelInfo. */
-export function modelInfo(json: string): ModelInfo {
-  const i = JSON.parse(json) as WasmInfo;
+export function modelInfo(i: WasmInfo): ModelInfo {
   return {
     modelName: i.model_name,
     architecture: i.architecture,
@@ -99,34 +51,8 @@ export function modelInfo(json: string): ModelInfo {
   };
 }
 
-interface WasmCacheStats {
-  page_size: number;
-  total_pages: number;
-  free_pages: number;
-  cached_pages: number;
-  evictable_pages: number;
-  locked_pages: number;
-  pinned_pages: number;
-  nodes: number;
-  tokens_reused: number;
-  requests: number;
-  spill: {
-    format: "q8" | "q4";
-    bytes_per_page: number;
-    store: { records: number; bytes: number; budget_bytes: number };
-    pending_pages: number;
-    records_written: number;
-    tokens_restored: number;
-    records_rejected: number;
-    store_errors: number;
-    last_store_error: string | null;
-  } | null;
-  spill_note: string | null;
-}
-
 /** WasmEngine.stats() as the public CacheStats. */
-export function cacheStats(json: string): CacheStats {
-  const s = JSON.parse(json) as WasmCacheStats;
+export function cacheStats(s: EngineStats): CacheStats {
   return {
     pageSize: s.page_size,
     totalPages: s.total_pages,

@@ -3,45 +3,23 @@
 // "progress" (loading) or "token" (streaming) events with the same id.
 
 import type { WireError } from "./errors.js";
-import type { CacheStats, ChatMessageParam, DeviceLostEvent, FunctionTool, GenerationStats, LoadProgress, ModelInfo, ResponseFormat, TokenLogprob, ToolChoice } from "./types.js";
+import type { CacheStats, DeviceLostEvent, GenerationStats, LoadProgress, ModelInfo, TokenLogprob } from "./types.js";
+import type { ChatMessage, LoadOptions, Prefix, RequestFields } from "./wasm/radixlm.js";
 
-/** Sampling fields as the wasm engine takes them (`stop` always a list). */
-export interface SamplingParams {
-  max_tokens?: number;
-  temperature?: number;
-  top_p?: number;
-  top_k?: number;
-  seed?: number;
-  stop?: string[];
-  ignore_eos?: boolean;
-  response_format?: ResponseFormat;
-  max_completion_tokens?: number;
-  n?: number;
-  frequency_penalty?: number;
-  presence_penalty?: number;
-  repetition_penalty?: number;
-  penalty_last_n?: number;
-  logit_bias?: Record<string, number>;
-  /** A chat's `true` (with `top_logprobs`) or a completion's count of alternatives. */
-  logprobs?: boolean | number;
-  top_logprobs?: number;
-}
+/**
+ * A checked request as WasmEngine.start_chat / start_completion take it: the crate's
+ * RequestFields, whose declaration is generated from the Rust type.
+ */
+export type SamplingParams = Omit<RequestFields, "messages" | "prompt" | "tools" | "tool_choice" | "parallel_tool_calls">;
 
-/** A validated chat request, sent to WasmEngine.start_chat as JSON. */
-export interface ChatParams extends SamplingParams {
-  messages: ChatMessageParam[];
-  tools?: FunctionTool[];
-  tool_choice?: ToolChoice;
-  parallel_tool_calls?: boolean;
-}
+/** A checked chat request. */
+export type ChatParams = RequestFields & { messages: ChatMessage[] };
 
-/** A validated text completion request, sent to WasmEngine.start_completion as JSON. */
-export interface CompletionParams extends SamplingParams {
-  prompt: string;
-}
+/** A checked text completion request. */
+export type CompletionParams = RequestFields & { prompt: string };
 
-/** A prefix to pin or unpin, sent to WasmEngine.pin/unpin as JSON. */
-export type Prefix = { messages: ChatMessageParam[]; tools?: FunctionTool[] } | { text: string };
+/** A prefix to pin or unpin, as WasmEngine.pin/unpin take it. */
+export type { Prefix };
 
 /** The model as the page hands it over: an absolute URL, or bytes (transferred) or a Blob. */
 export type WireSource =
@@ -49,17 +27,8 @@ export type WireSource =
   | { kind: "bytes"; bytes: ArrayBuffer }
   | { kind: "blob"; blob: Blob };
 
-/** WasmLoader.create's options, sent as JSON once the worker has resolved "auto". */
-export interface LoaderOptions {
-  backend: "auto" | "webgpu" | "cpu";
-  /** The CPU backend's threads; unset: the worker chooses (threads.ts). */
-  threads?: number;
-  kv_budget_bytes: number;
-  max_batch: number;
-  max_context?: number;
-  spill: "q8" | "q4" | "off";
-  spill_budget_bytes: number;
-}
+/** WasmLoader.create's options (the crate's LoadOptions) with "auto" still to be resolved by the worker. */
+export type LoaderOptions = Omit<LoadOptions, "backend"> & { backend: "auto" | "webgpu" | "cpu" };
 
 /** One choice of a finished generation. */
 export interface GeneratedChoice {

@@ -25,7 +25,6 @@ function number(field: string, value: unknown, must: string, ok: (n: number) => 
 }
 
 const positiveInteger = (n: number) => Number.isSafeInteger(n) && n > 0;
-const naturalNumber = (n: number) => Number.isSafeInteger(n) && n >= 0;
 
 /**
  * A conversation: a non-empty array of { role, content } with a known role and string content
@@ -76,38 +75,29 @@ function knownFields(request: Record<string, unknown>, known: Set<string>): void
   }
 }
 
-/** A plain object of numbers (logit_bias), whose keys and ranges the engine checks. */
-function numberMap(field: string, value: unknown): Record<string, number> | undefined {
-  if (value === undefined || value === null) return undefined;
-  if (!isObject(value) || Array.isArray(value) || Object.values(value).some((v) => typeof v !== "number")) {
-    throw invalid(field, "an object of token ids to numbers", value);
-  }
-  return value as Record<string, number>;
-}
-
+/**
+ * The sampling fields, passed on as given: the engine checks their types and ranges in one place
+ * (RequestFields::sampling in crate/src/api), naming the field at fault, before it computes
+ * anything. Only `stop` changes shape here: OpenAI's single string becomes a list.
+ */
 function checkSampling(request: SamplingRequest): SamplingParams {
   const stop = request.stop ?? undefined;
-  const stops = typeof stop === "string" ? [stop] : stop;
-  if (stops !== undefined && (!Array.isArray(stops) || stops.some((s) => typeof s !== "string" || s === ""))) {
-    throw invalid("stop", "a non-empty string or an array of them", stop);
-  }
   return {
-    max_tokens: number("max_tokens", request.max_tokens, "a positive integer", positiveInteger),
-    temperature: number("temperature", request.temperature, "a number >= 0", (n) => n >= 0),
-    top_p: number("top_p", request.top_p, "a number in (0, 1]", (n) => n > 0 && n <= 1),
-    top_k: number("top_k", request.top_k, "an integer >= 0", naturalNumber),
-    seed: number("seed", request.seed, "an integer >= 0", naturalNumber),
-    stop: stops,
-    ignore_eos: flag("ignore_eos", request.ignore_eos),
+    max_tokens: request.max_tokens,
+    max_completion_tokens: request.max_completion_tokens,
+    temperature: request.temperature,
+    top_p: request.top_p,
+    top_k: request.top_k,
+    seed: request.seed,
+    stop: typeof stop === "string" ? [stop] : stop,
+    ignore_eos: request.ignore_eos,
     response_format: responseFormat(request.response_format),
-    // Their ranges are the engine's to check (crate/src/api.rs), once.
-    max_completion_tokens: number("max_completion_tokens", request.max_completion_tokens, "a positive integer", positiveInteger),
-    n: number("n", request.n, "a positive integer", positiveInteger),
-    frequency_penalty: number("frequency_penalty", request.frequency_penalty, "a number", () => true),
-    presence_penalty: number("presence_penalty", request.presence_penalty, "a number", () => true),
-    repetition_penalty: number("repetition_penalty", request.repetition_penalty, "a number", () => true),
-    penalty_last_n: number("penalty_last_n", request.penalty_last_n, "an integer >= 0", naturalNumber),
-    logit_bias: numberMap("logit_bias", request.logit_bias),
+    n: request.n,
+    frequency_penalty: request.frequency_penalty,
+    presence_penalty: request.presence_penalty,
+    repetition_penalty: request.repetition_penalty,
+    penalty_last_n: request.penalty_last_n,
+    logit_bias: request.logit_bias,
   };
 }
 
@@ -150,8 +140,8 @@ export function checkChatRequest(request: ChatCompletionRequest): ChatParams {
     ...checkSampling(request),
     messages: checkMessages(request.messages),
     ...checkTools(request),
-    logprobs: flag("logprobs", request.logprobs ?? undefined),
-    top_logprobs: number("top_logprobs", request.top_logprobs, "an integer >= 0", naturalNumber),
+    logprobs: request.logprobs,
+    top_logprobs: request.top_logprobs,
   };
 }
 
@@ -164,7 +154,7 @@ export function checkCompletionRequest(request: CompletionRequest): CompletionPa
   return {
     ...checkSampling(request),
     prompt: request.prompt,
-    logprobs: number("logprobs", request.logprobs, "an integer >= 0", naturalNumber),
+    logprobs: request.logprobs,
   };
 }
 

@@ -4,8 +4,8 @@
 // or pin() promise is pending and any call into it would throw EngineBusyError. Aborts, cache
 // stats and the device-loss test hook take effect between two steps.
 
-import { cacheStats, generation, modelInfo, parseAbort, parseStep } from "./engine_json.js";
-import type { DoneEvent, StepEvent } from "./engine_json.js";
+import { cacheStats, generation, modelInfo } from "./engine_json.js";
+import type { RequestResult, StepEvent } from "./engine_json.js";
 import {
   AbortError,
   DeviceLostError,
@@ -52,11 +52,17 @@ interface Job {
   emitted: boolean;
 }
 
+/**
+ * What the worker uses of the glue: the same in both builds (one crate's surface, declarations
+ * generated from it); only their init functions differ.
+ */
+type Surface = Pick<typeof Glue, "WasmLoader" | "wasm_memory_bytes">;
+
 /** The wasm module's glue once instantiated: the threaded build, or the single-threaded one. */
-let glue: typeof Glue | undefined;
+let glue: Surface | undefined;
 
 /** Instantiates the threaded build (shared memory) or the single-threaded one, once. */
-async function loadGlue(threaded: boolean): Promise<typeof Glue> {
+async function loadGlue(threaded: boolean): Promise<Surface> {
   if (glue) return glue;
   // Literal paths, so that bundlers see both builds.
   const [module, wasm] = threaded
@@ -74,7 +80,7 @@ async function loadGlue(threaded: boolean): Promise<typeof Glue> {
 }
 
 /** Builds an engine from the model source, reporting each chunk's progress. */
-async function buildEngine(source: ModelSource, options: string, report: (progress: LoadProgress) => void = () => {}): Promise<WasmEngine> {
+async function buildEngine(source: ModelSource, options: Glue.LoadOptions, report: (progress: LoadProgress) => void = () => {}): Promise<WasmEngine> {
   const model = await openModel(source);
   try {
     return await upload(model, options, report);
@@ -86,7 +92,7 @@ async function buildEngine(source: ModelSource, options: string, report: (progre
 }
 
 /** Streams the model onto the backend and readies it (its pipelines, or its threads). */
-async function upload(model: ModelBytes, options: string, report: (progress: LoadProgress) => void): Promise<WasmEngine> {
+async function upload(model: ModelBytes, options: Glue.LoadOptions, report: (progress: LoadProgress) => void): Promise<WasmEngine> {
   let loader: WasmLoader;
   const threads = new ThreadStarter();
   try {
@@ -153,11 +159,12 @@ function isSoftwareAdapter(adapter: GPUAdapter): boolean {
   return /swiftshader|llvmpipe|lavapipe|software|microsoft basic render/i.test(names);
 }
 
-async function withinQuota(options: LoaderOptions): Promise<LoaderOptions> {
-  if (options.spill === "off") return options;
+async function withinQuota(options: Glue.LoadOptions): Promise<Glue.LoadOptions> {
+  const budget = options.spill_budget_bytes;
+  if (options.spill === "off" || budget === undefined || budget === null) return options;
   const estimate = await navigator.storage?.estimate?.().catch(() => undefined);
   const quota = estimate?.quota;
-  return quota === undefined ? options : { ...options, spill_budget_bytes: Math.min(options.spill_budget_bytes, Math.floor(quota / 2)) };
+  return quota === undefined ? options : { ...options, spill_budget_bytes: Math.min(budget, Math.floor(quota / 2)) };
 }
 
 /** How far a request's prompt got: the last prefill event's count, and whether tokens flow. */
@@ -169,7 +176,7 @@ interface PromptProgress {
 }
 
 /** How far a request got when it was aborted; `done` is its final event (null: none was running). */
-function abortCounts(job: Job, done: DoneEvent | null, prompt: PromptProgress): AbortCounts {
+function abortCounts(job: Job, done: RequestResult | null, prompt: PromptProgress): AbortCounts {
   if (!done) return { ...NOT_STARTED, stepsAfterAbort: job.stepsAfterAbort };
   const { prompt_tokens, completion_tokens, cached_tokens } = done.usage;
   // Before its first prefill step a request has the KV of its reused prefix only.
@@ -191,7 +198,7 @@ function isDeviceLost(error: unknown, engine: WasmEngine): boolean {
 class Driver {
   private engine: WasmEngine | undefined;
   /** What the engine is built from, kept to rebuild it after a lost device. */
-  private model: { source: ModelSource; options: string } | undefined;
+  private model: { source: ModelSource; options: Glue.LoadOptions } | undefined;
   private reloads = 0;
   /** Why the engine's device was lost, from when that is noticed until a new engine is built. */
   private lost: string | undefined;
@@ -333,9 +340,9 @@ class Driver {
       case "generate":
         return this.generate(job, call);
       case "pin":
-        return this.withEngine(job, (engine) => this.exclusive(() => engine.pin(JSON.stringify(call.prefix))));
+        return this.withEngine(job, (engine) => this.exclusive(() => engine.pin(call.prefix)));
       case "unpin":
-        return this.withEngine(job, (engine) => engine.unpin(JSON.stringify(call.prefix)));
+        return this.withEngine(job, (engine) => engine.unpin(call.prefix));
       case "clear":
         return this.withEngine(job, (engine) => this.exclusive(() => engine.clear()));
       case "stats":
@@ -350,10 +357,11 @@ class Driver {
 
   private async load(call: Call<"load">): Promise<ModelInfo> {
     const backend = await resolveBackend(call.options.backend);
-    const threads = backend === "cpu" ? cpuThreads(call.options.threads) : 1;
+    const threads = backend === "cpu" ? cpuThreads(call.options.threads ?? undefined) : 1;
     await loadGlue(threads > 1);
-    this.model = { source: modelSource(call.source), options: JSON.stringify(await withinQuota({ ...call.options, backend, threads })) };
-    this.engine = await buildEngine(this.model.source, this.model.options, (progress) =>
+    const options = await withinQuota({ ...call.options, backend, threads });
+    this.model = { source: modelSource(call.source), options };
+    this.engine = await buildEngine(this.model.source, options, (progress) =>
       this.post({ kind: "progress", id: call.id, progress }),
     );
     return modelInfo(this.engine.info());
@@ -447,22 +455,21 @@ class Driver {
   private async step(engine: WasmEngine, job: Job): Promise<StepEvent> {
     job.stepping = true;
     try {
-      return parseStep(await this.exclusive(() => engine.step()));
+      return await this.exclusive(() => engine.step());
     } finally {
       job.stepping = false;
     }
   }
 
   private generate(job: Job, call: Call<"generate">): Promise<Generation> {
-    const json = JSON.stringify(call.request);
     const chat = "messages" in call.request;
     return this.withEngine(job, async (engine) => {
       if (job.aborted) throw new AbortError({ ...NOT_STARTED, stepsAfterAbort: job.stepsAfterAbort });
-      if (chat) engine.start_chat(json);
-      else engine.start_completion(json);
+      if (chat) engine.start_chat(call.request);
+      else engine.start_completion(call.request);
       const prompt: PromptProgress = { prefilled: undefined, flowing: false };
       for (;;) {
-        if (job.aborted) throw new AbortError(abortCounts(job, parseAbort(engine.abort()), prompt));
+        if (job.aborted) throw new AbortError(abortCounts(job, engine.abort(), prompt));
         const event = await this.step(engine, job);
         if (event.type === "prefill") {
           prompt.prefilled = event.done;

@@ -1,20 +1,22 @@
 //! OpenAI's request and response shapes as the engine's surfaces take and give them (the wasm
 //! engine the package drives, the CLI's `--json`): the request's fields checked into
-//! [`SamplingParams`] in one place, and the response's choices, tool calls, log-probabilities
-//! and usage. `tools` renders and parses tool calls.
+//! [`SamplingParams`] in one place, and (`response`) the response's choices, tool calls,
+//! log-probabilities and usage. `tools` renders and parses tool calls. These types are the
+//! contract: the package's TypeScript declarations of them are generated (tsify).
 
+pub mod response;
 pub mod tools;
 
 use std::collections::BTreeMap;
 
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
+use tsify::Tsify;
 
-use crate::engine::choices::merged_stats;
 use crate::engine::constraint::ResponseFormat;
-use crate::engine::sampling::{Penalties, SamplingParams, TokenLogprob};
-use crate::engine::{FinishReason, Generation};
-use crate::tokenizer::{Message, Tokenizer};
+use crate::engine::sampling::{Penalties, SamplingParams};
+use crate::tokenizer::Message;
+pub use response::{ChoiceResult, Finish, LogprobEntry, RequestResult, Usage};
 use tools::{ChatMessage, Tool, ToolChoice};
 
 /// Replies are cut here when a request sets no `max_tokens`.
@@ -26,13 +28,19 @@ pub const MAX_TOP_LOGPROBS: usize = 20;
 
 /// A chat (`messages`) or text completion (`prompt`) request: OpenAI's fields with radixlm's
 /// extras (`top_k`, `ignore_eos`, `repetition_penalty`, `penalty_last_n`, the `grammar` and
-/// `regex` response formats). A field it does not know is an error, never ignored.
-#[derive(Deserialize, Default, Debug)]
-#[serde(deny_unknown_fields)]
+/// `regex` response formats). A field it does not know is an error, never ignored. Its checks
+/// are [`RequestFields::sampling`]'s, the one place they are made.
+#[derive(Deserialize, Default, Debug, Tsify)]
+#[tsify(missing_as_null)]
+#[serde(default, deny_unknown_fields)]
 pub struct RequestFields {
+    /// A chat request's conversation.
     pub messages: Option<Vec<ChatMessage>>,
+    /// A text completion request's prompt.
     pub prompt: Option<String>,
     pub tools: Option<Vec<Tool>>,
+    /// "auto" (with tools), "none", "required", or one function by name.
+    #[tsify(type = "\"auto\" | \"none\" | \"required\" | { type: \"function\"; function: { name: string } } | null")]
     pub tool_choice: Option<Value>,
     pub parallel_tool_calls: Option<bool>,
     pub max_tokens: Option<usize>,
@@ -42,16 +50,18 @@ pub struct RequestFields {
     pub top_p: Option<f32>,
     pub top_k: Option<usize>,
     pub seed: Option<u64>,
-    #[serde(default)]
+    #[serde(deserialize_with = "null_as_default")]
     pub stop: Vec<String>,
-    #[serde(default)]
+    #[serde(deserialize_with = "null_as_default")]
     pub ignore_eos: bool,
+    #[tsify(type = "ResponseFormat | null")]
     pub response_format: Option<Value>,
     pub frequency_penalty: Option<f32>,
     pub presence_penalty: Option<f32>,
     pub repetition_penalty: Option<f32>,
     pub penalty_last_n: Option<usize>,
     /// Token ids (as strings, OpenAI's JSON keys) to the bias added to their logits.
+    #[tsify(type = "Record<string, number> | null")]
     pub logit_bias: Option<BTreeMap<String, f32>>,
     /// Chat: `true` with `top_logprobs` alternatives; text completion: the number of alternatives.
     pub logprobs: Option<Logprobs>,
@@ -59,7 +69,13 @@ pub struct RequestFields {
     pub n: Option<usize>,
 }
 
-#[derive(Deserialize, Debug, Clone, Copy)]
+/// An explicit `null` read as the field's default, as for an absent field (OpenAI's API takes
+/// both for an unset field).
+pub fn null_as_default<'de, D: serde::Deserializer<'de>, T: Default + Deserialize<'de>>(d: D) -> Result<T, D::Error> {
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
+}
+
+#[derive(Deserialize, Debug, Clone, Copy, Tsify)]
 #[serde(untagged)]
 pub enum Logprobs {
     On(bool),
@@ -100,6 +116,9 @@ impl RequestFields {
             (_, Some(_)) => return Err("a chat request takes messages, not a prompt".into()),
             _ => return Err("messages must hold at least one message".into()),
         };
+        if let Some(Logprobs::Top(_)) = self.logprobs {
+            return Err("a chat request's logprobs is true or false (top_logprobs gives the alternatives)".into());
+        }
         let calls = self.tool_choice()? != ToolChoice::None;
         Ok((tools::template_messages(self.tools(), messages)?, calls))
     }
@@ -108,6 +127,9 @@ impl RequestFields {
     pub fn completion_prompt(&self) -> Result<&str, String> {
         if self.tools.is_some() || self.tool_choice.is_some() || self.parallel_tool_calls.is_some() {
             return Err("tools need a chat request (messages)".into());
+        }
+        if let Some(Logprobs::On(_)) = self.logprobs {
+            return Err("a completion request's logprobs is a number of alternatives, not true or false".into());
         }
         match (&self.prompt, &self.messages) {
             (Some(prompt), None) => Ok(prompt),
@@ -132,6 +154,9 @@ impl RequestFields {
         };
         if max_tokens == 0 {
             return Err("max_tokens must be at least 1".into());
+        }
+        if self.stop.iter().any(String::is_empty) {
+            return Err("stop strings must not be empty".into());
         }
         let n = self.n.unwrap_or(1);
         if !(1..=MAX_CHOICES).contains(&n) {
@@ -184,63 +209,4 @@ impl RequestFields {
         };
         Ok(Sampling { params, n })
     }
-}
-
-/// A token as OpenAI's log-probability entries name it: its text (bytes that are not UTF-8 on
-/// their own shown as U+FFFD) and its bytes; and radixlm's `id`, its id in the vocabulary.
-fn token_entry(tokenizer: &Tokenizer, token: u32, logprob: f32) -> Value {
-    let bytes = tokenizer.token_bytes(token).unwrap_or(&[]);
-    json!({ "token": String::from_utf8_lossy(bytes), "logprob": logprob, "bytes": bytes, "id": token })
-}
-
-/// One token's entry of OpenAI's chat `logprobs.content`.
-pub fn logprob_entry(tokenizer: &Tokenizer, lp: &TokenLogprob) -> Value {
-    let mut entry = token_entry(tokenizer, lp.token, lp.logprob);
-    entry["top_logprobs"] = lp.top.iter().map(|&(t, l)| token_entry(tokenizer, t, l)).collect();
-    entry
-}
-
-pub fn finish_reason(f: FinishReason) -> &'static str {
-    match f {
-        FinishReason::Stop => "stop",
-        FinishReason::Length => "length",
-        FinishReason::ContextFull => "context_full",
-        FinishReason::Aborted => "abort",
-    }
-}
-
-/// One choice: its text, finish reason, tokens, top-2 gaps and (when asked) log-probabilities;
-/// where the reply may be tool calls and is, `tool_calls` (name and arguments each; the caller
-/// gives them ids) and the finish reason "tool_calls".
-pub fn choice(tokenizer: &Tokenizer, index: usize, g: &Generation, logprobs: bool, calls: bool) -> Value {
-    let tool_calls = calls.then(|| tools::parse_calls(&g.text)).flatten();
-    let finish = match (&tool_calls, g.finish_reason) {
-        (Some(_), FinishReason::Stop) => "tool_calls",
-        (_, f) => finish_reason(f),
-    };
-    json!({
-        "index": index,
-        "text": g.text,
-        "tool_calls": tool_calls.map(|c| c.into_iter().map(|(name, arguments)| json!({ "name": name, "arguments": arguments })).collect::<Vec<_>>()),
-        "finish_reason": finish,
-        "tokens": g.tokens,
-        "top2_gaps": g.top2_gaps,
-        "logprobs": logprobs.then(|| g.logprobs.iter().map(|lp| logprob_entry(tokenizer, lp)).collect::<Vec<_>>()),
-    })
-}
-
-/// A request's result over its choices: each choice, the usage (the prompt counted once, as it
-/// was computed once) and the merged stats.
-pub fn result(tokenizer: &Tokenizer, generations: &[Generation], logprobs: bool, calls: bool) -> Value {
-    let Some(first) = generations.first() else { return json!({ "choices": [] }) };
-    json!({
-        "choices": generations.iter().enumerate().map(|(i, g)| choice(tokenizer, i, g, logprobs, calls)).collect::<Vec<_>>(),
-        "usage": {
-            "prompt_tokens": first.stats.prompt_tokens,
-            "completion_tokens": generations.iter().map(|g| g.stats.generated_tokens).sum::<usize>(),
-            "cached_tokens": first.stats.reused_tokens,
-            "restored_tokens": first.stats.restored_tokens,
-        },
-        "stats": merged_stats(generations),
-    })
 }

@@ -14,20 +14,23 @@
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
+use tsify::Tsify;
 
 use crate::engine::constraint::{single_line, ResponseFormat};
 use crate::tokenizer::Message;
 
 /// OpenAI's `{ "type": "function", "function": { name, description, parameters, strict } }`.
-#[derive(Deserialize, Debug, Clone)]
+#[derive(Deserialize, Debug, Clone, Tsify)]
 #[serde(deny_unknown_fields)]
 pub struct Tool {
     #[serde(rename = "type")]
+    #[tsify(type = "\"function\"")]
     pub kind: String,
     pub function: Function,
 }
 
-#[derive(Deserialize, Debug, Clone)]
+#[derive(Deserialize, Debug, Clone, Tsify)]
+#[tsify(missing_as_null)]
 #[serde(deny_unknown_fields)]
 pub struct Function {
     pub name: String,
@@ -35,6 +38,7 @@ pub struct Function {
     pub description: Option<String>,
     /// A JSON Schema of the arguments object (none: no arguments).
     #[serde(default)]
+    #[tsify(type = "Record<string, unknown>")]
     pub parameters: Option<Value>,
     /// Accepted for OpenAI's shape: the arguments always follow the schema here.
     #[serde(default)]
@@ -42,11 +46,15 @@ pub struct Function {
 }
 
 /// A message of the conversation in OpenAI's shape.
-#[derive(Deserialize, Debug, Clone, PartialEq)]
+#[derive(Deserialize, Debug, Clone, PartialEq, Tsify)]
+#[tsify(missing_as_null)]
 #[serde(deny_unknown_fields)]
 pub struct ChatMessage {
+    #[tsify(type = "\"system\" | \"user\" | \"assistant\" | \"tool\"")]
     pub role: String,
+    /// Null beside an assistant's `tool_calls`.
     #[serde(default)]
+    #[tsify(type = "string | null")]
     pub content: Option<String>,
     /// An assistant's calls.
     #[serde(default)]
@@ -58,16 +66,17 @@ pub struct ChatMessage {
     pub name: Option<String>,
 }
 
-#[derive(Deserialize, Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Deserialize, Debug, Clone, PartialEq, serde::Serialize, Tsify)]
 #[serde(deny_unknown_fields)]
 pub struct ToolCall {
     pub id: String,
     #[serde(rename = "type")]
+    #[tsify(type = "\"function\"")]
     pub kind: String,
     pub function: CallFunction,
 }
 
-#[derive(Deserialize, Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Deserialize, Debug, Clone, PartialEq, serde::Serialize, Tsify)]
 #[serde(deny_unknown_fields)]
 pub struct CallFunction {
     pub name: String,

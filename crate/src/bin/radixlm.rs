@@ -614,7 +614,9 @@ fn generate_json(engine: &mut Engine, prompt: &[u32], sampling: &Sampling, chat:
     }
     let generations = generations?;
     write_behind(engine);
-    let mut out = api::result(&engine.tokenizer, &generations, sampling.params.logprobs.is_some(), calls);
+    let result = api::RequestResult::new(&engine.tokenizer, &generations, sampling.params.logprobs.is_some(), calls)
+        .ok_or("the request gave no choices")?;
+    let mut out = serde_json::to_value(&result)?;
     for (i, choice) in out["choices"].as_array_mut().into_iter().flatten().enumerate() {
         let text = choice["text"].take();
         if chat {
@@ -638,7 +640,7 @@ fn generate_json(engine: &mut Engine, prompt: &[u32], sampling: &Sampling, chat:
     out["tokens"] = first.tokens.clone().into();
     out["top2_gaps"] = first.top2_gaps.clone().into();
     out["text"] = first.text.clone().into();
-    out["finish_reason"] = api::finish_reason(first.finish_reason).into();
+    out["finish_reason"] = serde_json::to_value(api::Finish::from(first.finish_reason))?;
     println!("{out}");
     Ok(())
 }

@@ -12,7 +12,7 @@ use serde::Deserialize;
 use crate::tokenizer::Tokenizer;
 
 /// What a reply must be: OpenAI's `response_format`, with radixlm's `grammar` and `regex`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, tsify::Tsify)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 pub enum ResponseFormat {
     /// Any text (no constraint).
@@ -28,12 +28,14 @@ pub enum ResponseFormat {
 }
 
 /// OpenAI's `json_schema` object.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, tsify::Tsify)]
+#[tsify(missing_as_null)]
 #[serde(deny_unknown_fields)]
 pub struct JsonSchemaFormat {
     pub name: String,
     #[serde(default)]
     pub description: Option<String>,
+    #[tsify(type = "Record<string, unknown>")]
     pub schema: serde_json::Value,
     #[serde(default)]
     pub strict: Option<bool>,

@@ -127,7 +127,8 @@ pub enum FinishReason {
 }
 
 /// Figures for one request.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, tsify::Tsify)]
+#[tsify(missing_as_null)]
 pub struct GenerationStats {
     pub prompt_tokens: usize,
     /// Prompt tokens whose KV was already cached on the GPU and reused.
@@ -144,7 +145,8 @@ pub struct GenerationStats {
 }
 
 /// The cost of a constrained request's token masks (one per step), in milliseconds.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, tsify::Tsify)]
+#[tsify(missing_as_null)]
 pub struct MaskStats {
     pub steps: usize,
     pub mean_ms: f64,

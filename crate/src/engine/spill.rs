@@ -17,7 +17,8 @@ use crate::kv::{CachedPage, PageHash, PrefixCache, Sequence};
 use crate::model::Config;
 
 /// What the spill tier did since the engine started.
-#[derive(Debug, Clone, Default, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize, tsify::Tsify)]
+#[tsify(missing_as_null)]
 pub struct SpillCounters {
     pub records_written: u64,
     pub tokens_restored: u64,
@@ -29,7 +30,7 @@ pub struct SpillCounters {
 }
 
 /// The spill tier's state for `cache.stats()`.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, tsify::Tsify)]
 pub struct SpillStats {
     pub format: SpillFormat,
     pub bytes_per_page: usize,

@@ -53,7 +53,7 @@ impl Sequence {
 }
 
 /// Cache occupancy, in pages.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, tsify::Tsify)]
 pub struct CacheStats {
     pub page_size: usize,
     pub total_pages: usize,

@@ -1,20 +1,19 @@
 //! The wasm-bindgen surface the package's worker drives: a loader that streams a GGUF file onto
-//! a backend (WebGPU, or the CPU in wasm memory), and an engine run one step at a time. Requests and events cross as JSON (typed on
-//! the TypeScript side, `pkg/src/wasm/radixlm.d.ts`); every failure is a JS `Error` whose `name`
-//! is a stable code the package maps to its error classes. Nothing here panics on input: a
+//! a backend (WebGPU, or the CPU in wasm memory), and an engine run one step at a time. Requests,
+//! events and stats cross as JS values of the types in `crate::api` and `contract`, whose
+//! TypeScript declarations are generated into the glue's `.d.ts`; every failure is a JS `Error`
+//! whose `name` is a stable code the package maps to its error classes. Nothing here panics on input: a
 //! panic would kill the module, and the panic hook reports the bugs that remain.
 
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use serde::Deserialize;
-use serde_json::json;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 
-use crate::api::tools::{self, ChatMessage, Tool};
-use crate::api::{self, RequestFields, Sampling};
+use crate::api::tools;
+use crate::api::{LogprobEntry, RequestFields, RequestResult, Sampling};
 use crate::engine::constraint::ConstraintError;
 use crate::cpu::threads::{Seat, Spawner};
 use crate::cpu::{CpuError, CpuOptions};
@@ -23,6 +22,10 @@ use crate::gpu::context::{Gpu, GpuError, LimitsPolicy};
 use crate::kv::spill::idb_store::IdbStore;
 use crate::kv::spill::SpillFormat;
 use crate::kv::Sequence;
+
+mod contract;
+
+use contract::{from_js, to_js, EngineStats, LoadOptions, ModelInfo, Prefix, StepEvent};
 
 #[wasm_bindgen(start)]
 fn start() {
@@ -84,24 +87,6 @@ fn busy() -> JsValue {
     named_error("EngineBusyError", "the engine is running a step; wait for it before calling again")
 }
 
-/// Options of `WasmLoader.create`.
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct LoadOptions {
-    kv_budget_bytes: Option<f64>,
-    max_batch: Option<usize>,
-    max_context: Option<usize>,
-    /// "q8" (the default), "q4" or "off".
-    spill: Option<String>,
-    spill_budget_bytes: Option<f64>,
-    /// "webgpu" (the default) or "cpu"; the package's worker resolves "auto" first, since only
-    /// it sees whether the adapter is a software one.
-    backend: Option<String>,
-    /// The CPU backend's threads (1 by default); more than one needs the threaded build and a
-    /// `spawn_thread` function.
-    threads: Option<usize>,
-}
-
 impl LoadOptions {
     fn engine_options(&self) -> Result<EngineOptions, JsValue> {
         let mut opts = EngineOptions::default();
@@ -147,8 +132,12 @@ impl WasmLoader {
     /// Opens the WebGPU adapter and a device with the adapter's limits, or readies the CPU
     /// backend. `spawn_thread(module, memory, seat)` starts each CPU thread beyond the worker's
     /// own: a Web Worker that instantiates `module` on `memory` and calls `cpu_thread_run(seat)`.
-    pub async fn create(total_bytes: Option<f64>, options_json: String, spawn_thread: Option<js_sys::Function>) -> Result<WasmLoader, JsValue> {
-        let options: LoadOptions = serde_json::from_str(&options_json).map_err(|e| invalid(format!("engine options: {e}")))?;
+    pub async fn create(
+        total_bytes: Option<f64>,
+        #[wasm_bindgen(unchecked_param_type = "LoadOptions")] options: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "((module: WebAssembly.Module, memory: WebAssembly.Memory, seat: number) => void) | undefined")] spawn_thread: Option<js_sys::Function>,
+    ) -> Result<WasmLoader, JsValue> {
+        let options: LoadOptions = from_js(options, "engine options")?;
         let opts = options.engine_options()?;
         let target = match options.backend.as_deref() {
             None | Some("webgpu") => {
@@ -179,6 +168,7 @@ impl WasmLoader {
     }
 
     /// After the last chunk: resolves to a `WasmEngine`.
+    #[wasm_bindgen(unchecked_return_type = "Promise<WasmEngine>")]
     pub fn finish(&mut self) -> Result<js_sys::Promise, JsValue> {
         let loader = self.inner.take().ok_or_else(|| named_error("InternalError", "the loader has finished"))?;
         let spill_budget = self.spill_budget;
@@ -234,33 +224,14 @@ fn sampling(req: &RequestFields, engine: &Engine) -> Result<Sampling, JsValue> {
     req.sampling(engine.cfg.vocab_size, || (js_sys::Math::random() * (1u64 << 53) as f64) as u64).map_err(invalid)
 }
 
-/// A prefix to pin: text, or a conversation and its tools (rendered without opening the
-/// assistant's turn).
-#[derive(Deserialize)]
-#[serde(untagged, deny_unknown_fields)]
-enum PrefixJson {
-    Text {
-        text: String,
-    },
-    Conversation {
-        #[serde(default)]
-        tools: Vec<Tool>,
-        #[serde(default)]
-        messages: Vec<ChatMessage>,
-    },
-}
-
-fn parse<T: serde::de::DeserializeOwned>(json: &str, what: &str) -> Result<T, JsValue> {
-    serde_json::from_str(json).map_err(|e| invalid(format!("{what}: {e}")))
-}
-
 struct State {
     engine: Engine,
     /// Why spilling is off although it was asked for.
     spill_note: Option<String>,
     current: Option<Running>,
-    /// A "done" event held back while the text it ends is given as a last "token" event.
-    pending_done: Option<String>,
+    /// A "done" or "choice_done" event held back while the text it ends is given as a last
+    /// "token" event.
+    pending_done: Option<StepEvent>,
 }
 
 /// A loaded model. One request runs at a time, a step per `step()` call; the worker returns to
@@ -317,49 +288,46 @@ impl Running {
     }
 }
 
-/// The last event of a request: every choice, the usage and the stats. Its `finish_reason` is
-/// "abort" when the request was aborted, else the first choice's.
-fn done_event(engine: &Engine, generations: &[Generation], run: &Running) -> String {
-    let mut done = api::result(&engine.tokenizer, generations, run.logprobs, run.calls);
-    let aborted = generations.iter().any(|g| g.finish_reason == crate::engine::FinishReason::Aborted);
-    done["type"] = "done".into();
-    done["finish_reason"] = if aborted { "abort".into() } else { generations.first().map_or("abort", |g| api::finish_reason(g.finish_reason)).into() };
-    done.to_string()
+/// The result of a request: every choice, the usage and the stats.
+fn result(engine: &Engine, generations: &[Generation], run: &Running) -> Result<RequestResult, JsValue> {
+    RequestResult::new(&engine.tokenizer, generations, run.logprobs, run.calls).ok_or_else(|| named_error("InternalError", "a request ended without choices"))
 }
 
 #[wasm_bindgen]
 impl WasmEngine {
-    pub fn info(&self) -> Result<String, JsValue> {
+    #[wasm_bindgen(unchecked_return_type = "ModelInfo")]
+    pub fn info(&self) -> Result<JsValue, JsValue> {
         let st = self.borrow()?;
         let e = &st.engine;
         let backend = e.backend_info();
-        Ok(json!({
-            "model_name": e.model_name,
-            "architecture": e.cfg.arch,
-            "n_layers": e.cfg.n_layers,
-            "n_embd": e.cfg.n_embd,
-            "vocab_size": e.cfg.vocab_size,
-            "n_ctx": e.cfg.n_ctx_train,
-            "max_context": e.max_context,
-            "page_size": e.cache_stats().page_size,
-            "adapter": backend.device,
-            "backend": backend.backend,
-            "threads": backend.threads,
-            "fingerprint": format!("{:032x}", e.fingerprint),
-            "has_chat_template": e.chat_template.is_some(),
+        to_js(&ModelInfo {
+            model_name: e.model_name.clone(),
+            architecture: e.cfg.arch.clone(),
+            n_layers: e.cfg.n_layers,
+            n_embd: e.cfg.n_embd,
+            vocab_size: e.cfg.vocab_size,
+            n_ctx: e.cfg.n_ctx_train,
+            max_context: e.max_context,
+            page_size: e.cache_stats().page_size,
+            adapter: backend.device,
+            backend: backend.backend,
+            threads: backend.threads,
+            fingerprint: format!("{:032x}", e.fingerprint),
+            has_chat_template: e.chat_template.is_some(),
         })
-        .to_string())
     }
 
-    pub fn start_chat(&self, request_json: &str) -> Result<(), JsValue> {
-        let req: RequestFields = parse(request_json, "chat request")?;
+    /// Starts a chat request (`messages`).
+    pub fn start_chat(&self, #[wasm_bindgen(unchecked_param_type = "RequestFields")] request: JsValue) -> Result<(), JsValue> {
+        let req: RequestFields = from_js(request, "chat request")?;
         let (messages, calls) = req.conversation().map_err(invalid)?;
         let s = sampling(&req, &self.borrow()?.engine)?;
         self.begin(s.n, s.params.logprobs.is_some(), calls, |engine, seq| engine.start_chat(seq, &messages, &s.params))
     }
 
-    pub fn start_completion(&self, request_json: &str) -> Result<(), JsValue> {
-        let req: RequestFields = parse(request_json, "completion request")?;
+    /// Starts a text completion request (`prompt`).
+    pub fn start_completion(&self, #[wasm_bindgen(unchecked_param_type = "RequestFields")] request: JsValue) -> Result<(), JsValue> {
+        let req: RequestFields = from_js(request, "completion request")?;
         let prompt = req.completion_prompt().map_err(invalid)?;
         let s = sampling(&req, &self.borrow()?.engine)?;
         self.begin(s.n, s.params.logprobs.is_some(), false, |engine, seq| {
@@ -368,34 +336,32 @@ impl WasmEngine {
         })
     }
 
-    /// One step of the current request; resolves to a step event (JSON).
+    /// One step of the current request: one prefill batch or one decoded token.
+    #[wasm_bindgen(unchecked_return_type = "Promise<StepEvent>")]
     pub fn step(&self) -> js_sys::Promise {
         let state = self.state.clone();
         wasm_bindgen_futures::future_to_promise(async move {
             let mut st = state.try_borrow_mut().map_err(|_| busy())?;
             if let Some(done) = st.pending_done.take() {
-                return Ok(done.into());
+                return to_js(&done);
             }
             let State { engine, current, pending_done, .. } = &mut *st;
             let run = current.as_mut().ok_or_else(|| named_error("InvalidRequestError", "no request is running"))?;
             let step = engine.step_choices(&mut run.choices).await;
             let event = match step {
-                Ok(ChoiceStep::Prefill { done, total }) => json!({ "type": "prefill", "done": done, "total": total }).to_string(),
+                Ok(ChoiceStep::Prefill { done, total }) => StepEvent::Prefill { done, total },
                 Ok(ChoiceStep::Token { index, token, text }) => {
-                    let logprob = run.logprobs.then(|| run.choices.last_logprob(index).map(|lp| api::logprob_entry(&engine.tokenizer, lp))).flatten();
-                    json!({ "type": "token", "index": index, "token": token, "text": text, "logprob": logprob }).to_string()
+                    let logprob = run.logprobs.then(|| run.choices.last_logprob(index).map(|lp| LogprobEntry::new(&engine.tokenizer, lp))).flatten();
+                    StepEvent::Token { index, token: Some(token), text, logprob }
                 }
-                Ok(ChoiceStep::ChoiceDone { index, tail }) => {
-                    let done = json!({ "type": "choice_done", "index": index }).to_string();
-                    tail_then(index, tail, done, pending_done)
-                }
+                Ok(ChoiceStep::ChoiceDone { index, tail }) => tail_then(index, tail, StepEvent::ChoiceDone { index }, pending_done),
                 Ok(ChoiceStep::Done { generations, tail }) => {
                     let index = run.choices.n() - 1;
-                    let done = done_event(engine, &generations, run);
+                    let done = result(engine, &generations, run);
                     if let Some(run) = current.take() {
                         run.release(engine);
                     }
-                    tail_then(index, tail, done, pending_done)
+                    tail_then(index, tail, StepEvent::Done(done?), pending_done)
                 }
                 Err(e) => {
                     if let Some(run) = current.take() {
@@ -404,36 +370,40 @@ impl WasmEngine {
                     return Err(js_error(&e, Phase::Request));
                 }
             };
-            Ok(event.into())
+            to_js(&event)
         })
     }
 
-    /// Ends the current request between steps; its "done" event (JSON), or "null" when none runs.
-    pub fn abort(&self) -> Result<String, JsValue> {
+    /// Ends the current request between steps: its result (finish_reason "abort"), or null when
+    /// none runs.
+    #[wasm_bindgen(unchecked_return_type = "RequestResult | null")]
+    pub fn abort(&self) -> Result<JsValue, JsValue> {
         let mut st = self.borrow()?;
         // A held-back "done" ends the request; a held-back "choice_done" is dropped by the abort.
         let pending = st.pending_done.take();
         let State { engine, current, .. } = &mut *st;
-        let Some(mut run) = current.take() else { return Ok(pending.unwrap_or_else(|| "null".into())) };
+        let Some(mut run) = current.take() else {
+            return match pending {
+                Some(StepEvent::Done(done)) => to_js(&done),
+                _ => Ok(JsValue::NULL),
+            };
+        };
         let generations = engine.abort_choices(&mut run.choices);
-        let done = done_event(engine, &generations, &run);
+        let done = result(engine, &generations, &run);
         run.release(engine);
-        Ok(done)
+        to_js(&done?)
     }
 
-    pub fn stats(&self) -> Result<String, JsValue> {
+    #[wasm_bindgen(unchecked_return_type = "EngineStats")]
+    pub fn stats(&self) -> Result<JsValue, JsValue> {
         let st = self.borrow()?;
         let (requests, tokens_reused) = st.engine.usage_totals();
-        let mut stats = serde_json::to_value(st.engine.cache_stats()).map_err(|e| named_error("InternalError", &e.to_string()))?;
-        stats["requests"] = requests.into();
-        stats["tokens_reused"] = tokens_reused.into();
-        stats["spill"] = serde_json::to_value(st.engine.spill_stats()).map_err(|e| named_error("InternalError", &e.to_string()))?;
-        stats["spill_note"] = st.spill_note.clone().into();
-        Ok(stats.to_string())
+        to_js(&EngineStats { cache: st.engine.cache_stats(), requests, tokens_reused, spill: st.engine.spill_stats(), spill_note: st.spill_note.clone() })
     }
 
     /// Writes up to `max_pages` cached pages the spill store lacks to IndexedDB, prefixes first;
     /// for idle time between requests. Resolves to whether more remain.
+    #[wasm_bindgen(unchecked_return_type = "Promise<boolean>")]
     pub fn write_behind(&self, max_pages: u32) -> js_sys::Promise {
         let state = self.state.clone();
         wasm_bindgen_futures::future_to_promise(async move {
@@ -447,9 +417,10 @@ impl WasmEngine {
     }
 
     /// Pins a prefix (prefilling it if not cached); resolves to the pinned token count.
-    pub fn pin(&self, json: &str) -> js_sys::Promise {
+    #[wasm_bindgen(unchecked_return_type = "Promise<number>")]
+    pub fn pin(&self, #[wasm_bindgen(unchecked_param_type = "Prefix")] prefix: JsValue) -> js_sys::Promise {
         let state = self.state.clone();
-        let prefix = parse::<PrefixJson>(json, "pin");
+        let prefix = from_js::<Prefix>(prefix, "pin");
         wasm_bindgen_futures::future_to_promise(async move {
             let prefix = prefix?;
             let mut st = state.try_borrow_mut().map_err(|_| busy())?;
@@ -462,14 +433,16 @@ impl WasmEngine {
         })
     }
 
-    pub fn unpin(&self, json: &str) -> Result<bool, JsValue> {
-        let prefix: PrefixJson = parse(json, "unpin")?;
+    /// Undoes one pin of the same prefix; false if it was not pinned.
+    pub fn unpin(&self, #[wasm_bindgen(unchecked_param_type = "Prefix")] prefix: JsValue) -> Result<bool, JsValue> {
+        let prefix: Prefix = from_js(prefix, "unpin")?;
         let mut st = self.borrow()?;
         let tokens = prefix_tokens(&mut st.engine, &prefix).map_err(|e| js_error(&e, Phase::Request))?;
         Ok(st.engine.unpin(&tokens))
     }
 
     /// Empties both tiers: the GPU's cached prefixes and this model's spill records.
+    #[wasm_bindgen(unchecked_return_type = "Promise<void>")]
     pub fn clear(&self) -> js_sys::Promise {
         let state = self.state.clone();
         wasm_bindgen_futures::future_to_promise(async move {
@@ -502,24 +475,24 @@ impl WasmEngine {
 }
 
 /// A choice's held-back text as a "token" event first (the event `then` held back), or `then`.
-fn tail_then(index: usize, tail: String, then: String, pending: &mut Option<String>) -> String {
+fn tail_then(index: usize, tail: String, then: StepEvent, pending: &mut Option<StepEvent>) -> StepEvent {
     if tail.is_empty() {
         return then;
     }
     *pending = Some(then);
-    json!({ "type": "token", "index": index, "token": -1, "text": tail, "logprob": null }).to_string()
+    StepEvent::Token { index, token: None, text: tail, logprob: None }
 }
 
-fn prefix_tokens(engine: &mut Engine, prefix: &PrefixJson) -> Result<Vec<u32>, EngineError> {
+fn prefix_tokens(engine: &mut Engine, prefix: &Prefix) -> Result<Vec<u32>, EngineError> {
     match prefix {
-        PrefixJson::Conversation { tools, messages } => {
+        Prefix::Conversation { tools, messages } => {
             if tools.is_empty() && messages.is_empty() {
                 return Err(EngineError::InvalidRequest("a prefix needs messages or tools".into()));
             }
             tools::check_tools(tools).map_err(EngineError::InvalidRequest)?;
             engine.chat_prefix_tokens(&tools::template_messages(tools, messages).map_err(EngineError::InvalidRequest)?)
         }
-        PrefixJson::Text { text } => Ok(engine.tokenizer.encode(text, true)?),
+        Prefix::Text { text } => Ok(engine.tokenizer.encode(text, true)?),
     }
 }
 

@@ -20,7 +20,7 @@ pub use quant::QuantLayout;
 pub use record::{RecordError, RecordShape, SpillRecord};
 
 /// How pages are quantized on their way out of the GPU.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, tsify::Tsify)]
 #[serde(rename_all = "lowercase")]
 pub enum SpillFormat {
     /// 8-bit affine: about half an f16 page, and greedy output unchanged in our tests.
@@ -72,7 +72,7 @@ pub struct RecordKey {
 }
 
 /// What a store holds.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, tsify::Tsify)]
 pub struct StoreStats {
     pub records: usize,
     pub bytes: u64,
