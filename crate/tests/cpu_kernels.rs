@@ -189,6 +189,30 @@ fn attention_over_pages_matches_the_reference() {
     }
 }
 
+/// A row's result is the same bits whichever step computes it and on however many threads: a
+/// warm request's suffix (the last tokens of a step, over the cached keys) gives each row what
+/// the cold prompt's step gave it.
+#[test]
+fn attention_rows_do_not_depend_on_the_step_split_or_threads() {
+    // (heads, KV heads, head dim, tokens, suffix, window)
+    for (h, hkv, d, t, suffix, window) in [(9, 3, 64, 300, 40, None), (4, 1, 32, 200, 24, Some(70)), (6, 2, 32, 150, 12, Some(7))] {
+        let mut rng = SplitMix64((h * 1000 + t) as u64);
+        let (kv, pages, _, _) = paged_kv(&mut rng, hkv * d, 16, t);
+        let q = randn(&mut rng, t * h * d);
+        let mask = AttentionMask { window, scale: 1.0 / (d as f32).sqrt() };
+        let shape = AttentionShape { n_heads: h, n_kv_heads: hkv, head_dim: d };
+        let run = |threads: usize, start: usize| {
+            let mut out = vec![0f32; (t - start) * h * d];
+            attention::<Native>(&Threads::new(Some(threads), &Spawner::Os).unwrap(), &shape, mask, &kv, 0, &pages, start, &q[start * h * d..], &mut out);
+            out
+        };
+        let cold = run(2, 0);
+        assert_eq!(run(1, 0), cold, "h={h} t={t} window={window:?}: one thread vs two");
+        let warm = run(2, t - suffix);
+        assert!(warm == cold[(t - suffix) * h * d..], "h={h} t={t} suffix={suffix} window={window:?}: the suffix's rows differ from the whole step's");
+    }
+}
+
 #[test]
 fn f16_widening_is_exact_for_normal_and_subnormal_halves() {
     let bits: [u16; 8] = [0x0000, 0x8000, 0x0001, 0x03ff, 0x0400, 0x3c00, 0xbc00, 0x7bff];

@@ -116,72 +116,97 @@ mod tile {
 /// value vector.
 const LANES: usize = 8;
 
-/// Keys per block of widened value rows: the block and its weights stay in L1.
-const VALUE_BLOCK: usize = 64;
+/// Keys per block: a block's widened rows, scores and weights stay in L1. Blocks end at
+/// multiples of it (absolute positions), so a row's sums do not depend on which other rows
+/// share its task: a step split differently (a warm request's suffix, a cold prompt) gives
+/// each row the same bits.
+const KEY_BLOCK: usize = 64;
 
-/// The task as matrix products in register tiles, `LANES` rows to a vector: the queries are
-/// transposed once (scaled), so a tile is keys × row vectors with each key value broadcast and
-/// no horizontal sums; scores are kept keys × rows, so the max, exp and sum run across rows as
-/// vectors; the weighted sum is rows × value vectors over blocks of keys.
+/// The task as matrix products in register tiles, `LANES` rows to a vector, over blocks of
+/// keys with a running maximum (online softmax): the queries are transposed once (scaled), so
+/// a score tile is keys × row vectors with each key value broadcast and no horizontal sums;
+/// a block's scores are kept keys × rows, so the max, exp and sum run across rows as vectors;
+/// the weighted sum is rows × value vectors, rescaled when a row's maximum grows.
 fn tiled<'o, S: Simd>(task: &Task, q: &[f32], out_row: impl Fn(usize) -> &'o mut [f32]) {
-    let (d, lo, span) = (task.d, task.lo, task.span);
+    let (d, lo, end) = (task.d, task.lo, task.lo + task.span);
+    let n_rows = task.rows.len();
     let dp = d.div_ceil(LANES) * LANES;
-    let rp = task.rows.len().div_ceil(LANES) * LANES;
+    let rp = n_rows.div_ceil(LANES) * LANES;
     let (qk_keys, _) = tile::QK;
-    let span_p = span.div_ceil(qk_keys) * qk_keys;
 
     // qt (dp, rp): the queries transposed and scaled; padding rows and dimensions are zero.
     let mut qt = vec![0f32; dp * rp];
-    for r in 0..task.rows.len() {
+    for r in 0..n_rows {
         for (dd, x) in task.q_row(q, r).iter().enumerate() {
             qt[dd * rp + r] = x * task.mask.scale;
         }
     }
     // Keys every row sees; scores of others are masked to -inf (exp gives 0).
-    let seen_by_all = task.keys(task.rows.len() - 1).start..task.keys(0).end;
-    let mut scores = vec![0f32; span_p * rp];
+    let seen_by_all = task.keys(n_rows - 1).start..task.keys(0).end;
     let mut max = vec![f32::NEG_INFINITY; rp];
-    let mut keys = vec![0f32; qk_keys * dp];
-    for k0 in (0..span).step_by(qk_keys) {
-        for (i, key) in keys.chunks_exact_mut(dp).enumerate() {
-            if k0 + i < span {
-                widen::<S>(task.kv_row(&task.kv.k, lo + k0 + i), &mut key[..d]);
+    let mut sums = vec![0f32; rp];
+    // acc (rp, dp): Σ weight · value row, scaled to the running maximum.
+    let mut acc = vec![0f32; rp * dp];
+    let mut scores = vec![0f32; KEY_BLOCK * rp];
+    // A block's widened keys, then its values (padding rows and dimensions zero).
+    let mut block = vec![0f32; KEY_BLOCK * dp];
+    let mut rescale = vec![1f32; rp];
+    let mut shift = vec![0f32; rp];
+    let mut b0 = lo;
+    while b0 < end {
+        let n = (b0 / KEY_BLOCK * KEY_BLOCK + KEY_BLOCK).min(end) - b0;
+        let n_tiled = n.div_ceil(qk_keys) * qk_keys;
+        for (i, key) in block.chunks_exact_mut(dp).take(n_tiled).enumerate() {
+            if i < n {
+                widen::<S>(task.kv_row(&task.kv.k, b0 + i), &mut key[..d]);
+            } else {
+                key.fill(0.0);
             }
         }
-        let block = &mut scores[k0 * rp..(k0 + qk_keys) * rp];
-        score_tiles::<S>(&qt, rp, &keys, dp, block);
-        for (i, row) in block.chunks_exact_mut(rp).enumerate().take(span - k0) {
-            let p = lo + k0 + i;
+        for k0 in (0..n_tiled).step_by(qk_keys) {
+            score_tiles::<S>(&qt, rp, &block[k0 * dp..(k0 + qk_keys) * dp], dp, &mut scores[k0 * rp..(k0 + qk_keys) * rp]);
+        }
+        shift.copy_from_slice(&max);
+        for (i, row) in scores.chunks_exact_mut(rp).take(n).enumerate() {
+            let p = b0 + i;
             if !seen_by_all.contains(&p) {
-                for (r, s) in row.iter_mut().enumerate().take(task.rows.len()) {
+                for (r, s) in row.iter_mut().enumerate().take(n_rows) {
                     if !task.keys(r).contains(&p) {
                         *s = f32::NEG_INFINITY;
                     }
                 }
             }
-            for (m, s) in max.iter_mut().zip(row.iter()) {
+            for (m, s) in shift.iter_mut().zip(row.iter()) {
                 *m = m.max(*s);
             }
         }
-    }
-    let mut sums = vec![0f32; rp];
-    for row in scores.chunks_exact_mut(rp).take(span) {
-        for ((s, m), sum) in row.iter_mut().zip(&max).zip(sums.iter_mut()) {
-            *s = exp(*s - m);
-            *sum += *s;
+        // `shift` holds each row's new maximum, and becomes what its scores are shifted by: a
+        // row that has seen no key yet keeps maximum -inf and shift 0, so its weights stay 0.
+        for ((m, shift), scale) in max.iter_mut().zip(shift.iter_mut()).zip(rescale.iter_mut()) {
+            let new = *shift;
+            *shift = if new == f32::NEG_INFINITY { 0.0 } else { new };
+            *scale = exp(*m - *shift);
+            *m = new;
         }
-    }
-    // acc (rp, dp): Σ weight · value row, over blocks of keys.
-    let mut acc = vec![0f32; rp * dp];
-    let mut values = vec![0f32; VALUE_BLOCK * dp];
-    for k0 in (0..span).step_by(VALUE_BLOCK) {
-        let n = VALUE_BLOCK.min(span - k0);
-        for (i, value) in values.chunks_exact_mut(dp).take(n).enumerate() {
-            widen::<S>(task.kv_row(&task.kv.v, lo + k0 + i), &mut value[..d]);
+        for (r, (sum, &scale)) in sums.iter_mut().zip(&rescale).enumerate() {
+            *sum *= scale;
+            if scale != 1.0 {
+                acc[r * dp..(r + 1) * dp].iter_mut().for_each(|a| *a *= scale);
+            }
         }
-        weight_tiles::<S>(&scores[k0 * rp..(k0 + n) * rp], rp, &values[..n * dp], dp, &mut acc);
+        for row in scores.chunks_exact_mut(rp).take(n) {
+            for ((s, shift), sum) in row.iter_mut().zip(&shift).zip(sums.iter_mut()) {
+                *s = exp(*s - shift);
+                *sum += *s;
+            }
+        }
+        for (i, value) in block.chunks_exact_mut(dp).take(n).enumerate() {
+            widen::<S>(task.kv_row(&task.kv.v, b0 + i), &mut value[..d]);
+        }
+        weight_tiles::<S>(&scores[..n * rp], rp, &block[..n * dp], dp, &mut acc);
+        b0 += n;
     }
-    for (r, sum) in sums.iter().enumerate().take(task.rows.len()) {
+    for (r, sum) in sums.iter().enumerate().take(n_rows) {
         let inv = 1.0 / sum;
         for (o, a) in out_row(r).iter_mut().zip(&acc[r * dp..]) {
             *o = a * inv;
@@ -342,7 +367,9 @@ fn exp(x: f32) -> f32 {
     let r = x - n * 0.693_359_4 + n * 2.121_944_4e-4;
     let p = ((((1.987_569_1e-4 * r + 1.398_199_9e-3) * r + 8.333_345e-3) * r + 4.166_579_6e-2) * r + 0.166_666_65) * r + 0.500_000_01;
     let e = (p * r * r + r) + 1.0;
-    let e = e * f32::from_bits(((n as i32 + 127) as u32) << 23);
+    // 2^n from n's bits: n + 1.5·2^23 holds n in its low mantissa bits (|n| ≤ 126), which
+    // shift into the exponent field; no float-to-int cast, whose saturation does not vectorise.
+    let e = e * f32::from_bits(((n + 12_582_912.0).to_bits() << 23).wrapping_add(127 << 23));
     if below {
         0.0
     } else {
