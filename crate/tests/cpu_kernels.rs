@@ -154,12 +154,16 @@ fn paged_kv(rng: &mut SplitMix64, kv_dim: usize, page_size: usize, len: usize) -
 
 #[test]
 fn attention_over_pages_matches_the_reference() {
-    // (heads, KV heads, head dim, cached, new tokens, window): decode, a warm step, a warm step
+    // (heads, KV heads, head dim, cached, new tokens, window): decode (over one chunk of keys
+    // and over many; two tokens, one of which sees no key of the last chunk), a warm step, a warm step
     // over a long cache, a cold prefill with partial token blocks, a head size no multiple of
     // 8, multi-head attention; sliding windows (Gemma 3's heads) past, across and wider than
     // the step.
     let cases = [
         (9, 3, 64, 40, 1, None),
+        (9, 3, 64, 1000, 1, None),
+        (9, 3, 64, 300, 2, None),
+        (6, 2, 32, 127, 2, None),
         (9, 3, 64, 47, 17, None),
         (9, 3, 64, 1808, 22, None),
         (4, 2, 32, 0, 35, None),

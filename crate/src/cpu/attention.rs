@@ -32,6 +32,9 @@ pub fn attention<S: Simd>(threads: &Threads, shape: &AttentionShape, mask: Atten
     let (h, hkv, d) = (shape.n_heads, shape.n_kv_heads, shape.head_dim);
     let t = q.len() / (h * d);
     let group = h / hkv;
+    if t * group < TILE_MIN_ROWS {
+        return few_rows::<S>(threads, shape, mask, kv, layer, pages, start_pos, q, out);
+    }
     let blocks = t.div_ceil(TOKEN_BLOCK);
     // Blocks of equal size, so tasks take equal time (a step of 22: 11 and 11, not 16 and 6).
     let per_block = t.div_ceil(blocks.max(1));
@@ -57,7 +60,12 @@ pub fn attention<S: Simd>(threads: &Threads, shape: &AttentionShape, mask: Atten
         if task.rows.len() >= TILE_MIN_ROWS {
             tiled::<S>(&task, q, out_row);
         } else {
-            by_rows::<S>(&task, q, out_row);
+            by_rows::<S>(&task, q, |r, _, sum, acc| {
+                let inv = 1.0 / sum;
+                for (o, a) in out_row(r).iter_mut().zip(acc) {
+                    *o = a * inv;
+                }
+            });
         }
     });
 }
@@ -65,6 +73,64 @@ pub fn attention<S: Simd>(threads: &Threads, shape: &AttentionShape, mask: Atten
 /// Rows from which a task's scores and weighted values go through register tiles: below it
 /// (decode: one to a few heads of one token) most of a tile's rows would be padding.
 const TILE_MIN_ROWS: usize = 8;
+
+/// Keys per task in a step of few rows: the keys split at absolute multiples of it, so the
+/// tasks are many whatever the step and results do not depend on the thread count.
+const KEY_CHUNK: usize = 128;
+
+/// A step whose every row fits in fewer than a tile's (decode): a task takes every query head
+/// of one KV head (each key and value row widened once for all of them) over one chunk of the
+/// keys, and gives each row's partial softmax (maximum, sum, weighted values); the partials
+/// merge in key order.
+#[allow(clippy::too_many_arguments)]
+fn few_rows<S: Simd>(threads: &Threads, shape: &AttentionShape, mask: AttentionMask, kv: &KvPages, layer: usize, pages: &[u32], start_pos: usize, q: &[f32], out: &mut [f32]) {
+    let (h, hkv, d) = (shape.n_heads, shape.n_kv_heads, shape.head_dim);
+    let t = q.len() / (h * d);
+    let group = h / hkv;
+    let (lo, end) = (mask.first_key(start_pos), start_pos + t);
+    let first_chunk = lo / KEY_CHUNK;
+    let chunks = (end - 1) / KEY_CHUNK + 1 - first_chunk;
+    let rows = t * group;
+    // Per (KV head, chunk, row): maximum, sum, then the d weighted values.
+    let stride = d + 2;
+    let mut partials = vec![0f32; hkv * chunks * rows * stride];
+    let parts = Disjoint::new(&mut partials);
+    // Task (KV head, chunk) writes its own rows' partials: disjoint.
+    threads.run(hkv * chunks, |i| {
+        let (kv_head, c) = (i / chunks, i % chunks);
+        let c_lo = ((first_chunk + c) * KEY_CHUNK).max(lo);
+        let c_end = ((first_chunk + c + 1) * KEY_CHUNK).min(end);
+        let heads = kv_head * group..(kv_head + 1) * group;
+        let rows = (0..t).flat_map(|ti| heads.clone().map(move |hi| (ti, hi))).collect();
+        let task = Task { kv, layer, pages, kv_head, h, d, mask, start_pos, rows, lo: c_lo, span: c_end - c_lo };
+        by_rows::<S>(&task, q, |r, max, sum, acc| {
+            let part = parts.range((i * t * group + r) * stride, stride);
+            part[0] = max;
+            part[1] = sum;
+            part[2..].copy_from_slice(acc);
+        });
+    });
+    for kv_head in 0..hkv {
+        for r in 0..rows {
+            let (ti, hi) = (r / group, kv_head * group + r % group);
+            let part = |c: usize| &partials[((kv_head * chunks + c) * rows + r) * stride..][..stride];
+            let max = (0..chunks).map(|c| part(c)[0]).fold(f32::NEG_INFINITY, f32::max);
+            let o = &mut out[(ti * h + hi) * d..][..d];
+            o.fill(0.0);
+            let mut sum = 0.0;
+            // A chunk the row sees no key of has sum 0 and adds nothing.
+            for p in (0..chunks).map(part).filter(|p| p[1] > 0.0) {
+                let w = exp(p[0] - max);
+                sum += p[1] * w;
+                for (o, a) in o.iter_mut().zip(&p[2..]) {
+                    *o += a * w;
+                }
+            }
+            let inv = 1.0 / sum;
+            o.iter_mut().for_each(|x| *x *= inv);
+        }
+    }
+}
 
 /// One task's share: `rows` (token, head) of one KV head, which together see keys
 /// `lo..lo + span`.
@@ -83,10 +149,12 @@ struct Task<'a> {
 }
 
 impl Task<'_> {
-    /// Keys row r sees: `first..n_keys`.
+    /// Keys row r sees among the task's: `first..n_keys` within `lo..lo + span` (empty when
+    /// it sees none of them).
     fn keys(&self, r: usize) -> std::ops::Range<usize> {
         let pos = self.start_pos + self.rows[r].0;
-        self.mask.first_key(pos)..pos + 1
+        let start = self.mask.first_key(pos).max(self.lo);
+        start..(pos + 1).min(self.lo + self.span).max(start)
     }
     fn q_row<'q>(&self, q: &'q [f32], r: usize) -> &'q [f32] {
         let (ti, hi) = self.rows[r];
@@ -296,8 +364,10 @@ fn weight_tile<S: Simd, const M: usize, const N: usize>(w: &[f32], rp: usize, r:
 }
 
 /// The task a row at a time (few rows: decode): dot products of four rows against two keys,
-/// a softmax per row, then the value rows weighted into each output row.
-fn by_rows<'o, S: Simd>(task: &Task, q: &[f32], out_row: impl Fn(usize) -> &'o mut [f32]) {
+/// a softmax per row, then the value rows weighted into each row's sums, given to `emit` as
+/// (row, maximum score, sum of weights, weighted values not yet divided by the sum); a row
+/// that sees none of the task's keys gives (-inf, 0, zeros).
+fn by_rows<S: Simd>(task: &Task, q: &[f32], mut emit: impl FnMut(usize, f32, f32, &[f32])) {
     let (d, lo, span, rows) = (task.d, task.lo, task.span, task.rows.len());
     let mut scores = vec![0f32; rows * span];
     let q_row = |r: usize| task.q_row(q, r);
@@ -313,29 +383,25 @@ fn by_rows<'o, S: Simd>(task: &Task, q: &[f32], out_row: impl Fn(usize) -> &'o m
         }
         let (k0, k1) = keys.split_at(d);
         let k1 = if pair == 2 { k1 } else { k0 };
-        let mut r = 0;
-        while r + 4 <= rows {
-            let s = dot4x2::<S>([q_row(r), q_row(r + 1), q_row(r + 2), q_row(r + 3)], [k0, k1]);
-            for (i, s) in s.into_iter().enumerate() {
+        // A last group of fewer than four rows repeats its last row.
+        for r in (0..rows).step_by(4) {
+            let row = |i: usize| q_row((r + i).min(rows - 1));
+            let s = dot4x2::<S>([row(0), row(1), row(2), row(3)], [k0, k1]);
+            for (i, s) in s.into_iter().enumerate().take(rows - r) {
                 for (j, s) in s.into_iter().enumerate().take(pair) {
                     scores[(r + i) * span + p + j - lo] = s * task.mask.scale;
                 }
-            }
-            r += 4;
-        }
-        for r in r..rows {
-            for (j, key) in [k0, k1].into_iter().enumerate().take(pair) {
-                scores[r * span + p + j - lo] = dot::<S>(q_row(r), key) * task.mask.scale;
             }
         }
         p += pair;
     }
     let mut sums = vec![0f32; rows];
-    for (r, sum) in sums.iter_mut().enumerate() {
+    let mut maxes = vec![f32::NEG_INFINITY; rows];
+    for (r, (sum, max)) in sums.iter_mut().zip(maxes.iter_mut()).enumerate() {
         let keys = task.keys(r);
         let s = &mut scores[r * span + keys.start - lo..r * span + keys.end - lo];
-        let max = s.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        s.iter_mut().for_each(|x| *x = exp(*x - max));
+        *max = s.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        s.iter_mut().for_each(|x| *x = exp(*x - *max));
         *sum = s.iter().sum();
     }
     // The value rows widened once, then each output row summed over its keys with its
@@ -346,13 +412,10 @@ fn by_rows<'o, S: Simd>(task: &Task, q: &[f32], out_row: impl Fn(usize) -> &'o m
         widen::<S>(task.kv_row(&task.kv.v, p), v);
     }
     let mut acc = vec![0f32; d];
-    for (r, sum) in sums.iter().enumerate() {
+    for r in 0..rows {
         let keys = task.keys(r);
         weighted_sum::<S>(&scores[r * span + keys.start - lo..r * span + keys.end - lo], &values[(keys.start - lo) * d..(keys.end - lo) * d], &mut acc);
-        let inv = 1.0 / sum;
-        for (o, a) in out_row(r).iter_mut().zip(&acc) {
-            *o = a * inv;
-        }
+        emit(r, maxes[r], sums[r], &acc);
     }
 }
 
@@ -389,18 +452,6 @@ fn widen<S: Simd>(src: &[u16], dst: &mut [f32]) {
     for (s, o) in src[whole..].iter().zip(&mut dst[whole..]) {
         *o = half::f16::from_bits(*s).to_f32();
     }
-}
-
-#[inline(always)]
-pub fn dot<S: Simd>(a: &[f32], b: &[f32]) -> f32 {
-    let whole = a.len() / 8 * 8;
-    let mut acc = S::zero();
-    for (x, y) in a[..whole].chunks_exact(8).zip(b.chunks_exact(8)) {
-        if let (Ok(x), Ok(y)) = (x.try_into(), y.try_into()) {
-            acc = S::fmul_add(acc, x, y);
-        }
-    }
-    S::sum(acc) + a[whole..].iter().zip(&b[whole..]).map(|(x, y)| x * y).sum::<f32>()
 }
 
 /// `out = Σ_k w[k] · rows[k]` (rows of `out.len()` values), 64 columns at a time held in
