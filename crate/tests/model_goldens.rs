@@ -86,9 +86,8 @@ fn check_goldens(backend: Backend) {
     let mut exceptions = Vec::new();
     for case in &goldens.cases {
         if case.kind == "chat" {
-            let messages: Vec<Message> =
-                case.messages.iter().map(|m| Message { role: m.role.clone(), content: m.content.clone() }).collect();
-            let rendered = engine.chat_template.as_ref().unwrap().render(&messages, true).unwrap();
+            let messages: Vec<Message> = case.messages.iter().map(|m| Message::new(m.role.clone(), m.content.clone())).collect();
+            let rendered = engine.chat_template.as_ref().unwrap().render(&messages.into(), true).unwrap();
             assert_eq!(rendered, case.text, "{}: chat template renders differently", case.name);
         }
         let ids = engine.tokenizer.encode(&case.text, true).unwrap();

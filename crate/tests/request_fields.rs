@@ -6,13 +6,13 @@
 mod common;
 
 use common::{default_model_bytes, Backend};
-use radixlm::api::RequestFields;
+use radixlm::api::{Dialect, RequestFields};
 use radixlm::engine::sampling::{Penalties, SamplingParams};
 use radixlm::engine::{ChoiceStep, Choices, Engine, EngineOptions, Generation, Sequence};
 use radixlm::tokenizer::Message;
 
 fn prompt(engine: &Engine, text: &str) -> Vec<u32> {
-    engine.chat_tokens(&[Message::new("user", text)]).unwrap()
+    engine.chat_tokens(&vec![Message::new("user", text)].into()).unwrap()
 }
 
 fn generate(engine: &mut Engine, prompt: &[u32], params: &SamplingParams) -> Generation {
@@ -169,7 +169,7 @@ fn logit_bias_moves_a_token_up_or_out() {
 fn request_fields_are_checked_by_name() {
     let check = |json: &str| -> Result<(), String> {
         let fields: RequestFields = serde_json::from_str(json).map_err(|e| e.to_string())?;
-        fields.sampling(49152, || 0).map(drop)
+        fields.sampling(49152, Dialect::Generic, || 0).map(drop)
     };
     let fails = |json: &str, names: &str| {
         let e = check(json).expect_err(json);
@@ -197,7 +197,7 @@ fn request_fields_are_checked_by_name() {
     let completion: RequestFields = serde_json::from_str(r#"{"prompt": "x", "logprobs": true}"#).unwrap();
     assert!(completion.completion_prompt().unwrap_err().contains("number of alternatives"));
     let chat: RequestFields = serde_json::from_str(r#"{"messages": [{"role": "user", "content": "x"}], "logprobs": 2}"#).unwrap();
-    assert!(chat.conversation().unwrap_err().contains("true or false"));
+    assert!(chat.conversation(Dialect::Generic).unwrap_err().contains("true or false"));
     // An explicit null is an unset field, as in OpenAI's API.
     assert!(check(r#"{"prompt": "x", "stop": null, "ignore_eos": null, "n": null, "response_format": null}"#).is_ok());
 }

@@ -158,7 +158,7 @@ on_each_backend!(a_stateless_conversation_reuses_each_earlier_turn_reply_include
     let mut previous: Option<(usize, usize)> = None;
     for turn in ["What is a lighthouse?", "Who keeps it?", "And at night?"] {
         messages.push(Message::new("user", turn));
-        let mut req = engine.start_chat(&mut Sequence::default(), &messages, &params).unwrap();
+        let mut req = engine.start_chat(&mut Sequence::default(), &messages.clone().into(), &params).unwrap();
         let generation = loop {
             match poller.block_on(engine.step(&mut req)).unwrap() {
                 Step::Done { generation, .. } => break generation,
@@ -194,7 +194,7 @@ on_each_backend!(a_model_without_a_chat_template_refuses_chats_and_completes_pro
     let bytes = SyntheticSpec { chat_template: false, ..SyntheticSpec::tiny() }.to_gguf();
     let mut engine = backend.try_load(&bytes, &EngineOptions::default()).unwrap();
     let params = SamplingParams::greedy(8);
-    let err = engine.start_chat(&mut Sequence::default(), &[Message::new("user", "hi")], &params).err().expect("a chat needs a template");
+    let err = engine.start_chat(&mut Sequence::default(), &vec![Message::new("user", "hi")].into(), &params).err().expect("a chat needs a template");
     assert!(matches!(err, EngineError::NoChatTemplate), "{err:?}");
     assert!(err.to_string().contains("no chat template") && err.to_string().contains("completions"), "{err}");
     let prompt = engine.tokenizer.encode("The lighthouse keeper", true).unwrap();

@@ -13,7 +13,7 @@ use radixlm::tokenizer::Message;
 use serde_json::{json, Value};
 
 fn generate(engine: &mut Engine, prompt: &str, params: &SamplingParams) -> Result<radixlm::engine::Generation, EngineError> {
-    let tokens = engine.chat_tokens(&[Message::new("user", prompt)])?;
+    let tokens = engine.chat_tokens(&vec![Message::new("user", prompt)].into())?;
     let poller = engine.poller();
     let mut seq = Sequence::default();
     let generation = poller.block_on(engine.generate(&mut seq, &tokens, params, |_| true));

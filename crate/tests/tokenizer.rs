@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 use std::time::Instant;
 
 use radixlm::gguf::{GgufFile, GgufWriter, MetaValue};
-use radixlm::tokenizer::{ChatTemplate, Message, StreamDecoder, Tokenizer, TokenizerError};
+use radixlm::tokenizer::{ChatTemplate, Conversation, Message, StreamDecoder, Tokenizer, TokenizerError};
 use serde::Deserialize;
 
 const SMOLLM: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -226,8 +226,8 @@ fn chat_template_renders_the_default_system_prompt() {
     let template = ChatTemplate::from_gguf(&model_file()).unwrap().expect("SmolLM2 has a chat template");
     let messages = [Message::new("user", "What is 2+2?")];
     let want = format!("{SYSTEM_DEFAULT}<|im_start|>user\nWhat is 2+2?<|im_end|>\n");
-    assert_eq!(template.render(&messages, false).unwrap(), want);
-    assert_eq!(template.render(&messages, true).unwrap(), format!("{want}<|im_start|>assistant\n"));
+    assert_eq!(template.render(&messages.to_vec().into(), false).unwrap(), want);
+    assert_eq!(template.render(&messages.to_vec().into(), true).unwrap(), format!("{want}<|im_start|>assistant\n"));
 }
 
 #[test]
@@ -236,7 +236,7 @@ fn chat_template_matches_jinja2() {
     let chats = &golden().chat;
     assert!(!chats.is_empty(), "the golden file has no jinja2 renderings");
     for c in chats {
-        let got = template.render(&c.messages, c.add_generation_prompt).unwrap();
+        let got = template.render(&c.messages.clone().into(), c.add_generation_prompt).unwrap();
         assert_eq!(got, c.rendered, "{:?} add_generation_prompt={}", c.messages, c.add_generation_prompt);
     }
 }
@@ -245,7 +245,7 @@ fn chat_template_matches_jinja2() {
 fn rendered_chat_tokenizes_turn_markers_as_single_ids() {
     let template = ChatTemplate::from_gguf(&model_file()).unwrap().unwrap();
     let tok = tokenizer();
-    let prompt = template.render(&[Message::new("user", "Hi")], true).unwrap();
+    let prompt = template.render(&vec![Message::new("user", "Hi")].into(), true).unwrap();
     let ids = tok.encode(&prompt, false).unwrap();
     assert_eq!(ids.iter().filter(|&&id| id == 1).count(), 3, "three <|im_start|>");
     assert_eq!(ids.iter().filter(|&&id| id == 2).count(), 2, "two <|im_end|>");
@@ -375,6 +375,9 @@ struct TemplateGoldens {
 #[derive(Deserialize)]
 struct TemplateCase {
     messages: Vec<Message>,
+    /// For a template that presents tools itself: OpenAI's tool objects.
+    #[serde(default)]
+    tools: Vec<serde_json::Value>,
     add_generation_prompt: bool,
     rendered: Option<String>,
     /// The template's own refusal (`raise_exception`), instead of a rendering.
@@ -384,7 +387,8 @@ struct TemplateCase {
 #[test]
 fn chat_templates_render_as_jinja2_does() {
     // scripts/make_chat_goldens.py: Qwen2's template from llama.cpp's vocab file, Gemma's and
-    // Qwen3's from llama.cpp's template collection, rendered by jinja2 as transformers does.
+    // Qwen3's from llama.cpp's template collection, rendered by jinja2 as transformers does;
+    // Qwen3's also with tools, calls and results.
     let goldens: ChatGoldens = serde_json::from_str(include_str!("fixtures/chat_goldens.json")).unwrap();
     assert_eq!(goldens.templates.len(), 3);
     for t in &goldens.templates {
@@ -396,7 +400,8 @@ fn chat_templates_render_as_jinja2_does() {
         };
         assert!(t.cases.len() >= 10);
         for case in &t.cases {
-            let got = template.render(&case.messages, case.add_generation_prompt);
+            let chat = Conversation { messages: case.messages.clone(), tools: case.tools.clone() };
+            let got = template.render(&chat, case.add_generation_prompt);
             match (&case.rendered, &case.raises) {
                 (Some(want), None) => assert_eq!(got.as_ref(), Ok(want), "{}: {:?}", t.template_of, case.messages),
                 (None, Some(message)) => assert_eq!(got, Err(TokenizerError::TemplateRaised(message.clone())), "{}: {:?}", t.template_of, case.messages),

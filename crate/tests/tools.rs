@@ -6,8 +6,9 @@
 mod common;
 
 use common::{default_model_bytes, Backend};
-use radixlm::api::{self, RequestFields};
+use radixlm::api::{self, Dialect, RequestFields};
 use radixlm::engine::{Engine, EngineOptions, Sequence};
+use radixlm::tokenizer::{ChatTemplate, Conversation, Message};
 use serde_json::{json, Value};
 
 fn tools() -> Value {
@@ -30,11 +31,11 @@ fn tools() -> Value {
 /// A chat request run as the wasm engine runs one; its OpenAI-shaped result.
 fn chat(engine: &mut Engine, request: Value) -> Value {
     let fields: RequestFields = serde_json::from_value(request).unwrap();
-    let (messages, calls) = fields.conversation().unwrap();
-    let sampling = fields.sampling(engine.cfg.vocab_size, || 0).unwrap();
+    let (chat, calls) = fields.conversation(engine.tool_dialect()).unwrap();
+    let sampling = fields.sampling(engine.cfg.vocab_size, engine.tool_dialect(), || 0).unwrap();
     let poller = engine.poller();
     let mut seq = Sequence::default();
-    let mut req = engine.start_chat(&mut seq, &messages, &sampling.params).unwrap();
+    let mut req = engine.start_chat(&mut seq, &chat, &sampling.params).unwrap();
     let generation = poller.block_on(engine.run_to_end(&mut req, |_| true)).unwrap();
     engine.release(&mut req.into_sequence());
     serde_json::to_value(api::RequestResult::new(&engine.tokenizer, &[generation], false, calls).unwrap()).unwrap()
@@ -45,7 +46,7 @@ fn refused(request: Value) -> String {
         Ok(f) => f,
         Err(e) => return e.to_string(),
     };
-    fields.conversation().and_then(|_| fields.sampling(49152, || 0).map(drop)).expect_err("refused")
+    fields.conversation(Dialect::Generic).and_then(|_| fields.sampling(49152, Dialect::Generic, || 0).map(drop)).expect_err("refused")
 }
 
 /// Each call names a tool and its arguments validate against that tool's schema.
@@ -66,6 +67,17 @@ fn valid_calls(choice: &Value) -> Vec<(String, Value)> {
         .collect()
 }
 
+/// The conversation an app sends back: the question, the reply's calls (with ids), and each
+/// call's result (`{"name": result}`).
+fn with_results(user: &Value, choice: &Value, calls: &[(String, Value)], result: &str) -> Vec<Value> {
+    let tool_calls: Vec<Value> = choice["tool_calls"].as_array().unwrap().iter().enumerate().map(|(i, c)| json!({ "id": format!("call_{i}"), "type": "function", "function": c })).collect();
+    let mut messages = vec![user.clone(), json!({ "role": "assistant", "content": null, "tool_calls": tool_calls })];
+    for (i, (name, _)) in calls.iter().enumerate() {
+        messages.push(json!({ "role": "tool", "tool_call_id": format!("call_{i}"), "content": json!({ name.as_str(): result }).to_string() }));
+    }
+    messages
+}
+
 #[test]
 fn a_tool_round_trip_reuses_the_first_requests_pages() {
     let mut engine = Backend::Cpu.load(&default_model_bytes(), &EngineOptions::default());
@@ -77,11 +89,7 @@ fn a_tool_round_trip_reuses_the_first_requests_pages() {
     let prompt_tokens = first["usage"]["prompt_tokens"].as_u64().unwrap();
 
     // The app runs the tool and sends the conversation back with the call and its result.
-    let tool_calls: Vec<Value> = choice["tool_calls"].as_array().unwrap().iter().enumerate().map(|(i, c)| json!({ "id": format!("call_{i}"), "type": "function", "function": c })).collect();
-    let mut messages = vec![user.clone(), json!({ "role": "assistant", "content": null, "tool_calls": tool_calls })];
-    for (i, (name, _)) in calls.iter().enumerate() {
-        messages.push(json!({ "role": "tool", "tool_call_id": format!("call_{i}"), "content": format!("{{\"{name}\": \"26.1 mi\"}}") }));
-    }
+    let messages = with_results(&user, choice, &calls, "26.1 mi");
     // "none" asks for the answer in text (under "auto" this 135M model calls again).
     let second = chat(&mut engine, json!({ "messages": messages, "tools": tools(), "tool_choice": "none", "temperature": 0, "max_tokens": 48 }));
     let cached = second["usage"]["cached_tokens"].as_u64().unwrap();
@@ -90,6 +98,40 @@ fn a_tool_round_trip_reuses_the_first_requests_pages() {
     let page = engine.cache_stats().page_size as u64;
     let generated = first["choices"][0]["tokens"].as_array().unwrap().len() as u64;
     assert!(cached + page > prompt_tokens + generated, "cached {cached} of a first prompt of {prompt_tokens} and {generated} generated: {second}");
+    let answer = &second["choices"][0];
+    assert!(answer["tool_calls"].is_null() && !answer["text"].as_str().unwrap().is_empty(), "answered in text: {second}");
+}
+
+/// A template that presents tools itself (Qwen3's, from llama.cpp's collection) gets them as
+/// OpenAI's objects, and the reply's calls are its `<tool_call>` blocks: the default model run
+/// under that template calls, the calls parse and validate, and the conversation sent back
+/// (the calls and results rendered by the template) reuses the first prompt's pages.
+#[test]
+fn a_template_that_presents_tools_renders_them_and_reads_its_calls() {
+    let mut engine = Backend::Cpu.load(&default_model_bytes(), &EngineOptions::default());
+    assert_eq!(engine.tool_dialect(), Dialect::Generic, "SmolLM2's template has no tools");
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/vocab/templates/Qwen-Qwen3-0.6B.jinja");
+    let source = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e} (run scripts/fetch_vocabs.sh)", path.display()));
+    engine.chat_template = Some(ChatTemplate::new(&source, String::new(), "<|im_end|>".into()).unwrap());
+    assert_eq!(engine.tool_dialect(), Dialect::Hermes);
+
+    let user = json!({ "role": "user", "content": "Convert 10 km to miles, and tell me the time in Lima." });
+    let first = chat(&mut engine, json!({ "messages": [user], "tools": tools(), "tool_choice": "required", "temperature": 0, "max_tokens": 128 }));
+    let choice = &first["choices"][0];
+    assert_eq!(choice["finish_reason"], "tool_calls", "{first}");
+    assert!(choice["text"].as_str().unwrap().starts_with("<tool_call>\n{"), "{first}");
+    let calls = valid_calls(choice);
+    let prompt_tokens = first["usage"]["prompt_tokens"].as_u64().unwrap();
+    // The template presented the tools: its prompt holds them as its own tojson writes them.
+    let rendered = engine.render_chat(&Conversation { messages: vec![Message::new("user", user["content"].as_str().unwrap())], tools: tools().as_array().unwrap().clone() }, true).unwrap();
+    assert!(rendered.contains("<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"convert_units\""), "{rendered}");
+    assert_eq!(engine.tokenizer.encode(&rendered, true).unwrap().len() as u64, prompt_tokens);
+
+    let messages = with_results(&user, choice, &calls, "done");
+    let second = chat(&mut engine, json!({ "messages": messages, "tools": tools(), "tool_choice": "none", "temperature": 0, "max_tokens": 24 }));
+    let cached = second["usage"]["cached_tokens"].as_u64().unwrap();
+    let page = engine.cache_stats().page_size as u64;
+    assert!(cached + page > prompt_tokens, "cached {cached} of a first prompt of {prompt_tokens}: {second}");
     let answer = &second["choices"][0];
     assert!(answer["tool_calls"].is_null() && !answer["text"].as_str().unwrap().is_empty(), "answered in text: {second}");
 }

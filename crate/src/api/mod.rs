@@ -15,8 +15,9 @@ use tsify::Tsify;
 
 use crate::engine::constraint::ResponseFormat;
 use crate::engine::sampling::{Penalties, SamplingParams};
-use crate::tokenizer::Message;
+use crate::tokenizer::Conversation;
 pub use response::{ChoiceResult, Finish, LogprobEntry, RequestResult, Usage};
+pub use tools::Dialect;
 use tools::{ChatMessage, Tool, ToolChoice};
 
 /// Replies are cut here when a request sets no `max_tokens`.
@@ -108,9 +109,9 @@ impl RequestFields {
         ToolChoice::from_json(self.tool_choice.as_ref(), self.tools())
     }
 
-    /// A chat request's conversation as the chat template takes it, and whether its replies may
-    /// be tool calls.
-    pub fn conversation(&self) -> Result<(Vec<Message>, bool), String> {
+    /// A chat request's conversation as the chat template takes it in `dialect`, and the dialect
+    /// again where its replies may be tool calls.
+    pub fn conversation(&self, dialect: Dialect) -> Result<(Conversation, Option<Dialect>), String> {
         let messages = match (&self.messages, &self.prompt) {
             (Some(m), None) if !m.is_empty() => m,
             (_, Some(_)) => return Err("a chat request takes messages, not a prompt".into()),
@@ -119,8 +120,8 @@ impl RequestFields {
         if let Some(Logprobs::Top(_)) = self.logprobs {
             return Err("a chat request's logprobs is true or false (top_logprobs gives the alternatives)".into());
         }
-        let calls = self.tool_choice()? != ToolChoice::None;
-        Ok((tools::template_messages(self.tools(), messages)?, calls))
+        let calls = (self.tool_choice()? != ToolChoice::None).then_some(dialect);
+        Ok((tools::template_messages(self.tools(), messages, dialect)?, calls))
     }
 
     /// A text completion request's prompt.
@@ -137,9 +138,9 @@ impl RequestFields {
         }
     }
 
-    /// The sampling parameters, checked against a vocabulary of `vocab_size` tokens; `seed` is
-    /// used when the request sets none.
-    pub fn sampling(&self, vocab_size: usize, seed: impl FnOnce() -> u64) -> Result<Sampling, String> {
+    /// The sampling parameters, checked against a vocabulary of `vocab_size` tokens, tool calls
+    /// in `dialect`; `seed` is used when the request sets none.
+    pub fn sampling(&self, vocab_size: usize, dialect: Dialect, seed: impl FnOnce() -> u64) -> Result<Sampling, String> {
         let temperature = self.temperature.unwrap_or(1.0);
         if !(temperature.is_finite() && temperature >= 0.0) {
             return Err(format!("temperature must be a number >= 0, got {temperature}"));
@@ -192,7 +193,7 @@ impl RequestFields {
                 return Err("response_format constrains a text reply: with tools it needs tool_choice: \"none\"".into())
             }
             (Some(format), _) => Some(ResponseFormat::from_json(format).map_err(|e| e.to_string())?),
-            (None, _) => tools::reply_format(self.tools(), &choice, self.parallel_tool_calls.unwrap_or(true)),
+            (None, _) => tools::reply_format(self.tools(), &choice, self.parallel_tool_calls.unwrap_or(true), dialect),
         };
         let params = SamplingParams {
             temperature,

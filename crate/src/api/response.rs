@@ -10,7 +10,7 @@ use crate::engine::sampling::TokenLogprob;
 use crate::engine::{FinishReason, Generation, GenerationStats};
 use crate::tokenizer::Tokenizer;
 
-use super::tools;
+use super::tools::{self, Dialect};
 
 /// Why a reply ended: "tool_calls" where a reply that may call tools did; "abort" where the
 /// request was aborted.
@@ -93,8 +93,9 @@ pub struct ChoiceResult {
 }
 
 impl ChoiceResult {
-    pub fn new(tokenizer: &Tokenizer, index: usize, g: &Generation, logprobs: bool, calls: bool) -> Self {
-        let tool_calls = calls.then(|| tools::parse_calls(&g.text)).flatten();
+    /// `calls`: the dialect of the reply's calls where it may make them.
+    pub fn new(tokenizer: &Tokenizer, index: usize, g: &Generation, logprobs: bool, calls: Option<Dialect>) -> Self {
+        let tool_calls = calls.and_then(|dialect| tools::parse_calls(&g.text, dialect));
         let finish_reason = match (&tool_calls, g.finish_reason) {
             (Some(_), FinishReason::Stop) => Finish::ToolCalls,
             (_, f) => f.into(),
@@ -136,7 +137,7 @@ pub struct RequestResult {
 
 impl RequestResult {
     /// None for a request without choices.
-    pub fn new(tokenizer: &Tokenizer, generations: &[Generation], logprobs: bool, calls: bool) -> Option<Self> {
+    pub fn new(tokenizer: &Tokenizer, generations: &[Generation], logprobs: bool, calls: Option<Dialect>) -> Option<Self> {
         let first = generations.first()?;
         let aborted = generations.iter().any(|g| g.finish_reason == FinishReason::Aborted);
         Some(Self {

@@ -1,5 +1,7 @@
 //! Tool calling (OpenAI's `tools`, `tool_choice`, `parallel_tool_calls`, assistant `tool_calls`
-//! and `role: "tool"` messages) in radixlm's generic format, which any chat template renders:
+//! and `role: "tool"` messages), in the model's own format where its chat template has one
+//! ([`Dialect::Hermes`]: Qwen2.5, Qwen3, Hermes), else in radixlm's generic format
+//! ([`Dialect::Generic`]), which any chat template renders:
 //!
 //! - The tools go first in the system message, so conversations with the same tools share
 //!   those pages (the request's own system message follows them): a short instruction, then
@@ -10,6 +12,10 @@
 //!   beyond its own). With `tool_choice: "auto"` the reply is calls or text, and text then may
 //!   not start with `<` or whitespace.
 //! - Tool results go back as a user turn: `<tool_response>\n…\n</tool_response>` per result.
+//!
+//! In the Hermes dialect the template renders the tools (OpenAI's objects), the calls sent back
+//! (arguments as objects) and the results itself; a reply's calls are one
+//! `<tool_call>\n{"name": "f", "arguments": {…}}\n</tool_call>` block each, on lines of their own.
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -17,7 +23,27 @@ use serde_json::{json, Value};
 use tsify::Tsify;
 
 use crate::engine::constraint::{single_line, ResponseFormat};
-use crate::tokenizer::Message;
+use crate::tokenizer::{ChatTemplate, Conversation, Message};
+
+/// How a model is shown tools and writes its calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    /// radixlm's format, in the system message, for any template.
+    Generic,
+    /// The template presents the tools itself (a `tools` variable) and calls are `<tool_call>`
+    /// blocks of JSON (Qwen2.5, Qwen3, Hermes 2 Pro).
+    Hermes,
+}
+
+impl Dialect {
+    /// The dialect of a model's chat template.
+    pub fn of(template: Option<&ChatTemplate>) -> Self {
+        match template {
+            Some(t) if t.renders_tools() && t.source().contains(CALL_OPEN) => Self::Hermes,
+            _ => Self::Generic,
+        }
+    }
+}
 
 /// OpenAI's `{ "type": "function", "function": { name, description, parameters, strict } }`.
 #[derive(Deserialize, Debug, Clone, Tsify)]
@@ -84,6 +110,21 @@ pub struct CallFunction {
     pub arguments: String,
 }
 
+impl Tool {
+    /// OpenAI's object, as a template that presents tools receives it.
+    fn to_json(&self) -> Value {
+        let f = &self.function;
+        let mut function = json!({ "name": f.name });
+        if let Some(d) = &f.description {
+            function["description"] = d.clone().into();
+        }
+        if let Some(p) = &f.parameters {
+            function["parameters"] = p.clone();
+        }
+        json!({ "type": "function", "function": function })
+    }
+}
+
 /// What a reply may be, as `tool_choice` says.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ToolChoice {
@@ -142,6 +183,8 @@ pub fn check_tools(tools: &[Tool]) -> Result<(), String> {
 
 const CALL_OPEN: &str = "<tool_call>";
 const CALL_CLOSE: &str = "</tool_call>";
+/// Between two of the Hermes dialect's call blocks.
+const BETWEEN_BLOCKS: &str = "</tool_call>\n<tool_call>";
 
 /// A function's arguments schema: none takes an empty object; an object schema that does not
 /// say whether other properties are allowed allows none (as OpenAI's strict mode requires).
@@ -184,14 +227,68 @@ fn calls_text(calls: &[ToolCall]) -> String {
     format!("{CALL_OPEN}[\n{}\n]{CALL_CLOSE}", items.join(",\n"))
 }
 
-/// The conversation as the chat template takes it: the tools in the first system message, calls
-/// and results in the generic format.
-pub fn template_messages(tools: &[Tool], messages: &[ChatMessage]) -> Result<Vec<Message>, String> {
+/// The conversation as the chat template takes it, in `dialect`.
+pub fn template_messages(tools: &[Tool], messages: &[ChatMessage], dialect: Dialect) -> Result<Conversation, String> {
+    match dialect {
+        Dialect::Generic => generic_messages(tools, messages).map(Conversation::from),
+        Dialect::Hermes => {
+            let messages = messages.iter().enumerate().map(|(at, m)| template_message(at, m)).collect::<Result<_, _>>()?;
+            Ok(Conversation { messages, tools: tools.iter().map(Tool::to_json).collect() })
+        }
+    }
+}
+
+/// A message for a template that renders calls and results itself: OpenAI's shape, a call's
+/// arguments as an object.
+fn template_message(at: usize, m: &ChatMessage) -> Result<Message, String> {
+    check_message(at, m)?;
+    let mut message = Message::new(m.role.clone(), m.content.clone().unwrap_or_default());
+    if let Some(calls) = &m.tool_calls {
+        let calls: Vec<Value> = calls
+            .iter()
+            .map(|c| {
+                let arguments: Value = serde_json::from_str(&c.function.arguments).unwrap_or_default();
+                json!({ "id": c.id, "type": "function", "function": { "name": c.function.name, "arguments": arguments } })
+            })
+            .collect();
+        message.tool_calls = Some(calls.into());
+    }
+    Ok(message)
+}
+
+/// The checks every dialect makes of a message: its role, its content where the role needs
+/// one, calls only on an assistant's (each a function whose arguments are a JSON object as
+/// text), a tool message's `tool_call_id`.
+fn check_message(at: usize, m: &ChatMessage) -> Result<(), String> {
+    if !matches!(m.role.as_str(), "system" | "user" | "assistant" | "tool") {
+        return Err(format!("messages[{at}].role must be \"system\", \"user\", \"assistant\" or \"tool\", got {:?}", m.role));
+    }
+    if m.role != "assistant" && m.content.is_none() {
+        return Err(format!("messages[{at}].content must be a string"));
+    }
+    if (m.tool_calls.is_some() && m.role != "assistant") || (m.tool_call_id.is_some() && m.role != "tool") {
+        return Err(format!("messages[{at}]: only assistant messages carry tool_calls, only tool messages tool_call_id"));
+    }
+    for (k, c) in m.tool_calls.iter().flatten().enumerate() {
+        if c.kind != "function" || serde_json::from_str::<Value>(&c.function.arguments).map_or(true, |v| !v.is_object()) {
+            return Err(format!("messages[{at}].tool_calls[{k}] must be {{ id, type: \"function\", function: {{ name, arguments: a JSON object as text }} }}"));
+        }
+    }
+    if m.role == "tool" && m.tool_call_id.is_none() {
+        return Err(format!("messages[{at}]: a tool message needs the tool_call_id it answers"));
+    }
+    Ok(())
+}
+
+/// The conversation in the generic format: the tools in the first system message, calls and
+/// results as text.
+fn generic_messages(tools: &[Tool], messages: &[ChatMessage]) -> Result<Vec<Message>, String> {
     let mut out: Vec<Message> = Vec::new();
     let mut rest = messages;
     if !tools.is_empty() {
         let mut system = tools_preamble(tools);
         if let Some((first, after)) = messages.split_first().filter(|(m, _)| m.role == "system") {
+            check_message(0, first)?;
             system.push_str("\n\n");
             system.push_str(first.content.as_deref().unwrap_or_default());
             rest = after;
@@ -199,37 +296,20 @@ pub fn template_messages(tools: &[Tool], messages: &[ChatMessage]) -> Result<Vec
         out.push(Message::new("system", system));
     }
     for (i, m) in rest.iter().enumerate() {
-        let at = i + messages.len() - rest.len();
-        let content = m.content.clone();
+        check_message(i + messages.len() - rest.len(), m)?;
+        let content = m.content.clone().unwrap_or_default();
         match m.role.as_str() {
-            "system" | "user" => {
-                let text = content.ok_or_else(|| format!("messages[{at}].content must be a string"))?;
-                if m.tool_calls.is_some() || m.tool_call_id.is_some() {
-                    return Err(format!("messages[{at}]: only assistant messages carry tool_calls, only tool messages tool_call_id"));
-                }
-                out.push(Message::new(m.role.clone(), text));
-            }
             "assistant" => {
                 let calls = m.tool_calls.as_deref().unwrap_or_default();
-                for (k, c) in calls.iter().enumerate() {
-                    if c.kind != "function" || serde_json::from_str::<Value>(&c.function.arguments).map_or(true, |v| !v.is_object()) {
-                        return Err(format!("messages[{at}].tool_calls[{k}] must be {{ id, type: \"function\", function: {{ name, arguments: a JSON object as text }} }}"));
-                    }
-                }
-                let text = match (content.filter(|c| !c.is_empty()), calls.is_empty()) {
-                    (Some(c), true) => c,
-                    (Some(c), false) => format!("{c}\n{}", calls_text(calls)),
-                    (None, false) => calls_text(calls),
-                    (None, true) => String::new(),
+                let text = match (content.is_empty(), calls.is_empty()) {
+                    (_, true) => content,
+                    (false, false) => format!("{content}\n{}", calls_text(calls)),
+                    (true, false) => calls_text(calls),
                 };
                 out.push(Message::new("assistant", text));
             }
             "tool" => {
-                let text = content.ok_or_else(|| format!("messages[{at}].content must be a string"))?;
-                if m.tool_call_id.is_none() {
-                    return Err(format!("messages[{at}]: a tool message needs the tool_call_id it answers"));
-                }
-                let block = format!("<tool_response>\n{text}\n</tool_response>");
+                let block = format!("<tool_response>\n{content}\n</tool_response>");
                 // Results of one round of calls go back as one turn.
                 match out.last_mut() {
                     Some(last) if last.role == "user" && last.content.ends_with("</tool_response>") => {
@@ -239,15 +319,15 @@ pub fn template_messages(tools: &[Tool], messages: &[ChatMessage]) -> Result<Vec
                     _ => out.push(Message::new("user", block)),
                 }
             }
-            other => return Err(format!("messages[{at}].role must be \"system\", \"user\", \"assistant\" or \"tool\", got {other:?}")),
+            role => out.push(Message::new(role, content)),
         }
     }
     Ok(out)
 }
 
-/// The grammar a reply follows under `choice` (none: free text); `parallel` lets it make more
-/// than one call.
-pub fn reply_format(tools: &[Tool], choice: &ToolChoice, parallel: bool) -> Option<ResponseFormat> {
+/// The grammar a reply follows under `choice` (none: free text) in `dialect`; `parallel` lets
+/// it make more than one call.
+pub fn reply_format(tools: &[Tool], choice: &ToolChoice, parallel: bool, dialect: Dialect) -> Option<ResponseFormat> {
     let call = |t: &Tool| {
         json!({
             "type": "object",
@@ -264,11 +344,15 @@ pub fn reply_format(tools: &[Tool], choice: &ToolChoice, parallel: bool) -> Opti
     };
     // Text may not open like a call (nor with whitespace before one), so a reply is one or the other.
     let text = "TEXT: /[^<\\s](?s:.*)/";
-    let calls = format!(
-        "calls: \"{CALL_OPEN}[\\n\" call {}\"\\n]{CALL_CLOSE}\"\ncall: %json {}",
-        if many { "(\",\\n\" call)* " } else { "" },
-        single_line(json!({ "anyOf": chosen }))
-    );
+    let more = if many { "(\",\\n\" call)* " } else { "" };
+    let call = single_line(json!({ "anyOf": chosen }));
+    let calls = match dialect {
+        Dialect::Generic => format!("calls: \"{CALL_OPEN}[\\n\" call {more}\"\\n]{CALL_CLOSE}\"\ncall: %json {call}"),
+        Dialect::Hermes => format!(
+            "calls: block {}\nblock: \"{CALL_OPEN}\\n\" call \"\\n{CALL_CLOSE}\"\ncall: %json {call}",
+            if many { "(\"\\n\" block)*" } else { "" }
+        ),
+    };
     let grammar = match choice {
         ToolChoice::None => format!("start: TEXT\n{text}\n"),
         ToolChoice::Auto => format!("start: TEXT | calls\n{text}\n{calls}\n"),
@@ -277,15 +361,22 @@ pub fn reply_format(tools: &[Tool], choice: &ToolChoice, parallel: bool) -> Opti
     Some(ResponseFormat::Grammar { grammar })
 }
 
-/// A reply's calls, when it is one: (name, arguments as written) each.
-pub fn parse_calls(text: &str) -> Option<Vec<(String, String)>> {
+/// A reply's calls in `dialect`, when it is one: (name, arguments as written) each.
+pub fn parse_calls(text: &str, dialect: Dialect) -> Option<Vec<(String, String)>> {
     #[derive(Deserialize)]
     struct Call<'a> {
         name: String,
         #[serde(borrow)]
         arguments: &'a RawValue,
     }
-    let inner = text.strip_prefix(CALL_OPEN)?.strip_suffix(CALL_CLOSE)?;
-    let calls: Vec<Call> = serde_json::from_str(inner).ok()?;
+    let calls: Vec<Call> = match dialect {
+        Dialect::Generic => serde_json::from_str(text.strip_prefix(CALL_OPEN)?.strip_suffix(CALL_CLOSE)?).ok()?,
+        Dialect::Hermes => text
+            .strip_prefix(CALL_OPEN)?
+            .strip_suffix(CALL_CLOSE)?
+            .split(BETWEEN_BLOCKS)
+            .map(|inner| serde_json::from_str(inner.trim()).ok())
+            .collect::<Option<_>>()?,
+    };
     Some(calls.into_iter().map(|c| (c.name, c.arguments.get().to_string())).collect())
 }

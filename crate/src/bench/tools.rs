@@ -81,9 +81,9 @@ fn request(engine: &Engine, question: &str, tools: bool, max_tokens: usize) -> R
         body["tool_choice"] = "auto".into();
     }
     let fields: RequestFields = serde_json::from_value(body).map_err(|e| EngineError::InvalidRequest(e.to_string()))?;
-    let (messages, _) = fields.conversation().map_err(EngineError::InvalidRequest)?;
-    let sampling = fields.sampling(engine.cfg.vocab_size, || 0).map_err(EngineError::InvalidRequest)?;
-    Ok((engine.chat_tokens(&messages)?, sampling.params))
+    let (chat, _) = fields.conversation(engine.tool_dialect()).map_err(EngineError::InvalidRequest)?;
+    let sampling = fields.sampling(engine.cfg.vocab_size, engine.tool_dialect(), || 0).map_err(EngineError::InvalidRequest)?;
+    Ok((engine.chat_tokens(&chat)?, sampling.params))
 }
 
 async fn run(engine: &mut Engine, question: &str, tools: bool, max_tokens: usize) -> Result<Generation, EngineError> {

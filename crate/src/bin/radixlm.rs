@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use radixlm::api::tools::ChatMessage;
-use radixlm::api::{self, Logprobs, RequestFields, Sampling};
+use radixlm::api::{self, Dialect, Logprobs, RequestFields, Sampling};
 use radixlm::engine::sampling::SamplingParams;
 use radixlm::engine::session::ChatSession;
 use radixlm::cpu::CpuOptions;
@@ -149,7 +149,7 @@ fn parse_bias(s: &str) -> Result<(String, f32), String> {
 impl SamplingArgs {
     /// The sampling, checked as the wasm engine checks a request's.
     fn sampling(&self, engine: &Engine, n: usize) -> Result<Sampling, AnyError> {
-        Ok(self.fields(n)?.sampling(engine.cfg.vocab_size, || self.seed)?)
+        Ok(self.fields(n)?.sampling(engine.cfg.vocab_size, engine.tool_dialect(), || self.seed)?)
     }
 
     /// The request's sampling fields.
@@ -457,12 +457,12 @@ fn run(cli: Cli) -> Result<(), AnyError> {
             let message = |role: &str, content: String| ChatMessage { role: role.into(), content: Some(content), tool_calls: None, tool_call_id: None, name: None };
             let (tokens, calls) = if chat {
                 fields.messages = Some(system.map(|s| message("system", s)).into_iter().chain([message("user", prompt)]).collect());
-                let (messages, calls) = fields.conversation()?;
-                (engine.chat_tokens(&messages)?, calls)
+                let (chat, calls) = fields.conversation(engine.tool_dialect())?;
+                (engine.chat_tokens(&chat)?, calls)
             } else {
-                (engine.tokenizer.encode(&prompt, true)?, false)
+                (engine.tokenizer.encode(&prompt, true)?, None)
             };
-            let sampling = fields.sampling(engine.cfg.vocab_size, || 0)?;
+            let sampling = fields.sampling(engine.cfg.vocab_size, engine.tool_dialect(), || 0)?;
             if json {
                 return generate_json(&mut engine, &tokens, &sampling, chat, calls);
             }
@@ -592,7 +592,7 @@ fn generate_streaming(engine: &mut Engine, seq: &mut Sequence, tokens: &[u32], p
 
 /// Generates the reply's choices and prints them as one JSON line: OpenAI's response shape
 /// (a chat's `message`, a completion's `text`) with radixlm's figures beside it.
-fn generate_json(engine: &mut Engine, prompt: &[u32], sampling: &Sampling, chat: bool, calls: bool) -> Result<(), AnyError> {
+fn generate_json(engine: &mut Engine, prompt: &[u32], sampling: &Sampling, chat: bool, calls: Option<Dialect>) -> Result<(), AnyError> {
     let poller = engine.poller();
     let mut seq = Sequence::default();
     let mut choices = match engine.start(&mut seq, prompt, &sampling.params) {

@@ -28,7 +28,7 @@ use crate::gpu::context::{Gpu, GpuError};
 use crate::kv::spill::{SpillFormat, SpillStore};
 use crate::kv::{CacheError, CacheStats, PrefixCache, DEFAULT_PAGE_SIZE};
 use crate::model::{Config, ModelError};
-use crate::tokenizer::{ChatTemplate, Message, Tokenizer, TokenizerError};
+use crate::tokenizer::{ChatTemplate, Conversation, Message, Tokenizer, TokenizerError};
 
 use backend::{Backend, Head, HeadOut, Pick};
 use constraint::{ConstraintError, Grammars};
@@ -390,22 +390,27 @@ impl Engine {
     }
 
     /// Tokens of a rendered chat conversation, ending with the assistant's turn opening.
-    pub fn chat_tokens(&self, messages: &[Message]) -> Result<Vec<u32>, EngineError> {
-        Ok(self.tokenizer.encode(&self.render_chat(messages, true)?, true)?)
+    pub fn chat_tokens(&self, chat: &Conversation) -> Result<Vec<u32>, EngineError> {
+        Ok(self.tokenizer.encode(&self.render_chat(chat, true)?, true)?)
     }
 
     /// Tokens of a conversation prefix to pin (the assistant's turn not opened), remembered so
     /// that later conversations starting with it start with exactly these ids.
-    pub fn chat_prefix_tokens(&mut self, messages: &[Message]) -> Result<Vec<u32>, EngineError> {
-        let text = self.render_chat(messages, false)?;
+    pub fn chat_prefix_tokens(&mut self, chat: &Conversation) -> Result<Vec<u32>, EngineError> {
+        let text = self.render_chat(chat, false)?;
         let ids = self.histories.encode(&self.tokenizer, &text)?;
         self.histories.record(text, ids.clone());
         Ok(ids)
     }
 
-    pub fn render_chat(&self, messages: &[Message], open: bool) -> Result<String, EngineError> {
+    /// How the model is shown tools and writes its calls.
+    pub fn tool_dialect(&self) -> crate::api::Dialect {
+        crate::api::Dialect::of(self.chat_template.as_ref())
+    }
+
+    pub fn render_chat(&self, chat: &Conversation, open: bool) -> Result<String, EngineError> {
         let template = self.chat_template.as_ref().ok_or(EngineError::NoChatTemplate)?;
-        Ok(template.render(messages, open)?)
+        Ok(template.render(chat, open)?)
     }
 
     /// Ends a sequence: its full pages stay cached for later requests, the rest is freed.
@@ -485,11 +490,11 @@ impl Engine {
     /// API): earlier turns this engine answered start with the ids it generated for them. What
     /// `seq` holds of it is reused too (a session's own last partial page); on error `seq` is
     /// still the caller's.
-    pub fn start_chat(&mut self, seq: &mut Sequence, messages: &[Message], params: &SamplingParams) -> Result<Request, EngineError> {
-        let text = self.render_chat(messages, true)?;
+    pub fn start_chat(&mut self, seq: &mut Sequence, chat: &Conversation, params: &SamplingParams) -> Result<Request, EngineError> {
+        let text = self.render_chat(chat, true)?;
         let prompt = self.histories.encode(&self.tokenizer, &text)?;
         let mut req = self.start(seq, &prompt, params)?;
-        req.chat = Some((messages.to_vec(), text));
+        req.chat = Some((chat.clone(), text));
         Ok(req)
     }
 
@@ -497,13 +502,13 @@ impl Engine {
     /// end of turn. A reply cut by a stop string inside a token is not remembered (its text
     /// no longer matches its ids).
     fn remember_reply(&mut self, req: &Request, generation: &Generation) -> Result<(), EngineError> {
-        let Some((messages, prompt_text)) = &req.chat else { return Ok(()) };
+        let Some((chat, prompt_text)) = &req.chat else { return Ok(()) };
         if generation.hit_stop_string {
             return Ok(());
         }
-        let mut messages = messages.clone();
-        messages.push(Message::new("assistant", generation.text.clone()));
-        let rendered = self.render_chat(&messages, false)?;
+        let mut chat = chat.clone();
+        chat.messages.push(Message::new("assistant", generation.text.clone()));
+        let rendered = self.render_chat(&chat, false)?;
         let Some(closing) = rendered.strip_prefix(prompt_text.as_str()).and_then(|s| s.strip_prefix(generation.text.as_str())) else {
             return Ok(());
         };

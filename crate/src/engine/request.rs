@@ -6,7 +6,7 @@
 use web_time::Instant;
 
 use crate::kv::Sequence;
-use crate::tokenizer::{Message, StreamDecoder};
+use crate::tokenizer::{Conversation, StreamDecoder};
 
 use super::backend::HeadOut;
 use super::sampling::{Sampler, SamplingParams, TokenLogprob};
@@ -54,7 +54,7 @@ pub struct Request {
     pub(super) finish: Option<FinishReason>,
     pub(super) over: bool,
     /// For a chat request: the conversation, to remember the ids of its reply.
-    pub(super) chat: Option<(Vec<Message>, String)>,
+    pub(super) chat: Option<(Conversation, String)>,
     /// With a response format: where the reply is in its grammar.
     pub(super) constraint: Option<super::constraint::Constraint>,
     /// With a response format: each step's token mask, in milliseconds.

@@ -36,7 +36,7 @@ impl ChatSession {
     ) -> Result<Generation, EngineError> {
         let mut messages = self.messages.clone();
         messages.push(Message::new("user", user));
-        let mut req = engine.start_chat(&mut self.seq, &messages, params)?;
+        let mut req = engine.start_chat(&mut self.seq, &messages.clone().into(), params)?;
         let result = engine.run_to_end(&mut req, on_text).await;
         self.seq = req.into_sequence();
         let generation = result?;

@@ -16,7 +16,7 @@ mod stream;
 mod vocab;
 
 pub use vocab::Tokenizer;
-pub use chat::{ChatTemplate, Message};
+pub use chat::{ChatTemplate, Conversation, Message};
 pub use pretokenize::SUPPORTED_PRE;
 pub use stream::StreamDecoder;
 

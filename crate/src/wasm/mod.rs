@@ -13,7 +13,7 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 
 use crate::api::tools;
-use crate::api::{LogprobEntry, RequestFields, RequestResult, Sampling};
+use crate::api::{Dialect, LogprobEntry, RequestFields, RequestResult, Sampling};
 use crate::engine::constraint::ConstraintError;
 use crate::cpu::threads::{Seat, Spawner};
 use crate::cpu::{CpuError, CpuOptions};
@@ -221,7 +221,7 @@ pub fn cpu_thread_run(seat: u32) {
 fn sampling(req: &RequestFields, engine: &Engine) -> Result<Sampling, JsValue> {
     // No seed: a fresh one per request, as OpenAI's API does (a fixed default would give every
     // sampled reply to the same conversation the same words).
-    req.sampling(engine.cfg.vocab_size, || (js_sys::Math::random() * (1u64 << 53) as f64) as u64).map_err(invalid)
+    req.sampling(engine.cfg.vocab_size, engine.tool_dialect(), || (js_sys::Math::random() * (1u64 << 53) as f64) as u64).map_err(invalid)
 }
 
 struct State {
@@ -253,7 +253,7 @@ impl WasmEngine {
 
     /// Starts a request on a fresh sequence; a request that fails to start releases whatever
     /// pages it had adopted.
-    fn begin(&self, n: usize, logprobs: bool, calls: bool, start: impl FnOnce(&mut Engine, &mut Sequence) -> Result<Request, EngineError>) -> Result<(), JsValue> {
+    fn begin(&self, n: usize, logprobs: bool, calls: Option<Dialect>, start: impl FnOnce(&mut Engine, &mut Sequence) -> Result<Request, EngineError>) -> Result<(), JsValue> {
         let mut st = self.borrow()?;
         if st.current.is_some() || st.pending_done.is_some() {
             return Err(named_error("EngineBusyError", "a request is already running; requests must be queued"));
@@ -272,12 +272,12 @@ impl WasmEngine {
     }
 }
 
-/// A request's choices in flight, whether its events carry log-probabilities, and whether its
-/// replies may be tool calls.
+/// A request's choices in flight, whether its events carry log-probabilities, and the dialect
+/// of its replies' tool calls where they may make them.
 struct Running {
     choices: Choices,
     logprobs: bool,
-    calls: bool,
+    calls: Option<Dialect>,
 }
 
 impl Running {
@@ -320,9 +320,9 @@ impl WasmEngine {
     /// Starts a chat request (`messages`).
     pub fn start_chat(&self, #[wasm_bindgen(unchecked_param_type = "RequestFields")] request: JsValue) -> Result<(), JsValue> {
         let req: RequestFields = from_js(request, "chat request")?;
-        let (messages, calls) = req.conversation().map_err(invalid)?;
+        let (chat, calls) = req.conversation(self.borrow()?.engine.tool_dialect()).map_err(invalid)?;
         let s = sampling(&req, &self.borrow()?.engine)?;
-        self.begin(s.n, s.params.logprobs.is_some(), calls, |engine, seq| engine.start_chat(seq, &messages, &s.params))
+        self.begin(s.n, s.params.logprobs.is_some(), calls, |engine, seq| engine.start_chat(seq, &chat, &s.params))
     }
 
     /// Starts a text completion request (`prompt`).
@@ -330,7 +330,7 @@ impl WasmEngine {
         let req: RequestFields = from_js(request, "completion request")?;
         let prompt = req.completion_prompt().map_err(invalid)?;
         let s = sampling(&req, &self.borrow()?.engine)?;
-        self.begin(s.n, s.params.logprobs.is_some(), false, |engine, seq| {
+        self.begin(s.n, s.params.logprobs.is_some(), None, |engine, seq| {
             let prompt = engine.tokenizer.encode(prompt, true)?;
             engine.start(seq, &prompt, &s.params)
         })
@@ -490,7 +490,8 @@ fn prefix_tokens(engine: &mut Engine, prefix: &Prefix) -> Result<Vec<u32>, Engin
                 return Err(EngineError::InvalidRequest("a prefix needs messages or tools".into()));
             }
             tools::check_tools(tools).map_err(EngineError::InvalidRequest)?;
-            engine.chat_prefix_tokens(&tools::template_messages(tools, messages).map_err(EngineError::InvalidRequest)?)
+            let chat = tools::template_messages(tools, messages, engine.tool_dialect()).map_err(EngineError::InvalidRequest)?;
+            engine.chat_prefix_tokens(&chat)
         }
         Prefix::Text { text } => Ok(engine.tokenizer.encode(text, true)?),
     }
