@@ -1,4 +1,4 @@
-import { DEFAULT_MODEL_URL } from "../paths";
+import { DEFAULT_MODEL_URL, TINY_UNTIED_MODEL, testModelUrl } from "../paths";
 import { expect, test } from "./fixtures";
 import { loadEngine } from "./harness";
 import type { ChatMessage } from "./radixlm";
@@ -18,10 +18,11 @@ const SYSTEM: ChatMessage = {
 const GREEDY = { max_tokens: 24, temperature: 0 };
 
 // The cache sits above the backend seam: the first test runs on WebGPU (its pages, its
-// equality), the others on the CPU backend, the faster one here (WebGPU is a software GPU).
+// equality) with a tiny synthetic model whose replies vary with the context (WebGPU is a
+// software GPU here), the others on the CPU backend with the default model.
 
 test("a request sharing a cached system prompt reuses it and answers as it would cold", async ({ harness: page }) => {
-  const { engine } = await loadEngine(page, { model: DEFAULT_MODEL_URL });
+  const { engine } = await loadEngine(page, { model: testModelUrl(TINY_UNTIED_MODEL) });
   const askA = { ...GREEDY, messages: [SYSTEM, { role: "user" as const, content: "When was the lighthouse built?" }] };
   const askB = { ...GREEDY, messages: [SYSTEM, { role: "user" as const, content: "How many steps lead to the top?" }] };
 
