@@ -189,9 +189,23 @@ function abortCounts(job: Job, done: RequestResult | null, prompt: PromptProgres
   };
 }
 
-function isDeviceLost(error: unknown, engine: WasmEngine): boolean {
+/** How long a GPU error waits for the device's loss to be reported before it counts as itself. */
+const LOSS_SETTLE_MS = 200;
+
+/**
+ * Whether `error` comes from a lost device. A failed readback is often the first sign of a loss
+ * that the browser reports a moment later (the device's `lost` promise settles after the map's
+ * rejection), so a GPU error waits briefly for that report.
+ */
+async function isDeviceLost(error: unknown, engine: WasmEngine): Promise<boolean> {
   if (error instanceof RadixlmError || error instanceof WebAssembly.RuntimeError) return false;
-  return (error instanceof Error && error.name === "DeviceLostError") || engine.is_device_lost();
+  if (error instanceof Error && error.name === "DeviceLostError") return true;
+  if (error instanceof Error && error.name === "GpuError") {
+    for (let waited = 0; waited < LOSS_SETTLE_MS && !engine.is_device_lost(); waited += 10) {
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+  }
+  return engine.is_device_lost();
 }
 
 /** Runs the page's calls on the engine. */
@@ -431,7 +445,7 @@ class Driver {
       try {
         return await use(engine);
       } catch (error) {
-        if (!isDeviceLost(error, engine)) throw error;
+        if (!(await isDeviceLost(error, engine))) throw error;
         this.dropLost(engine.device_lost_reason() ?? (error instanceof Error ? error.message : String(error)));
         if (retried || job.emitted) {
           const cause = error instanceof Error ? error.message : String(error);

@@ -66,8 +66,9 @@ fn js_error(e: &EngineError, phase: Phase) -> JsValue {
         EngineError::Constraint(ConstraintError::Format(_)) => "InvalidRequestError",
         EngineError::LoaderFailed | EngineError::RequestOver | EngineError::Internal(_) | EngineError::Constraint(ConstraintError::Matcher(_)) => "InternalError",
     };
-    if name == "GpuError" {
-        // A validation error is a bug in the engine, not in the user's input: report it.
+    if let EngineError::Gpu(GpuError::Uncaptured(_)) = e {
+        // A validation error is a bug in the engine, not in the user's input: report it. (A failed
+        // readback is not: it is how a lost device first shows, and the worker reloads.)
         web_sys::console::error_1(&format!("radixlm: {e}").into());
     }
     named_error(name, &e.to_string())
