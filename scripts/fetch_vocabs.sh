@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Fetches llama.cpp's vocab-only GGUFs for the llama-bpe (Llama 3.x) and qwen2 pre-tokenizers and
 # for the llama-spm (Llama 2 SentencePiece) vocabulary,
-# with their test strings (.inp) and llama.cpp's token ids for them (.out), and two chat templates
-# from llama.cpp's collection (Gemma's and Qwen3's), into models/vocab/.
+# with their test strings (.inp) and llama.cpp's token ids for them (.out), and three chat
+# templates from llama.cpp's collection (Gemma's, Qwen3's and Llama 3.2's), into models/vocab/.
 # They ship inside the llama-cpp-python 0.3.36 source distribution on PyPI (MIT, llama.cpp's
 # LICENSE is copied beside them); the archive and every file are checked against sha256.
 # Nothing is downloaded when the verified files are already present.
@@ -22,7 +22,8 @@ de785bb305cc6fa9d43908ed5da337f853c0b79e971348fcfb9f0915a39c5363  ggml-vocab-qwe
 be0a11f7071f0c67d3053a2d377d8f35f0dbcb77ff11a60300fb57d36b477cf0  ggml-vocab-llama-spm.gguf.inp
 ad6905c925c49c022974fe67e030382e8a4f56eb4489a0b9481dcedb1ec73b29  ggml-vocab-llama-spm.gguf.out
 ecd6ae513fe103f0eb62e8ab5bfa8d0fe45c1074fa398b089c93a7e70c15cfd6  templates/google-gemma-2-2b-it.jinja
-87a2728cb8dc9fe424d624542f6060ec05a1d285ebbec578bb078900e33396b5  templates/Qwen-Qwen3-0.6B.jinja"
+87a2728cb8dc9fe424d624542f6060ec05a1d285ebbec578bb078900e33396b5  templates/Qwen-Qwen3-0.6B.jinja
+5816fce10444e03c2e9ee1ef8a4a1ea61ae7e69e438613f3b17b69d0426223a4  templates/meta-llama-Llama-3.2-3B-Instruct.jinja"
 
 verified() { (cd "$1" && echo "$FILES" | sha256sum --check --status) 2>/dev/null && [ -f "$1/LICENSE" ]; }
 

@@ -2,9 +2,10 @@
 """Writes crate/tests/fixtures/chat_goldens.json: chat templates rendered by Python's jinja2 with
 transformers' apply_chat_template settings (trim_blocks, lstrip_blocks, loop controls,
 raise_exception), for a set of conversations: Qwen2's (from llama.cpp's ggml-vocab-qwen2.gguf),
-Gemma's and Qwen3's (from llama.cpp's models/templates/), all fetched by scripts/fetch_vocabs.sh.
+Gemma's, Qwen3's and Llama 3.2's (from llama.cpp's models/templates/), all fetched by
+scripts/fetch_vocabs.sh.
 A template that refuses a conversation (Gemma's on a system message) records its message. A
-template that presents tools itself (Qwen3's) also renders conversations with tools, calls and
+template that presents tools itself (Qwen3's, Llama 3.2's) also renders conversations with tools, calls and
 results, given as transformers gives them: `tools` as OpenAI's objects, a call's arguments as an
 object, transformers' `tojson` filter.
 
@@ -71,6 +72,7 @@ TEMPLATES = [
     ("ggml-vocab-qwen2.gguf", None, "", "<|endoftext|>"),
     ("templates/google-gemma-2-2b-it.jinja", None, "<bos>", "<eos>"),
     ("templates/Qwen-Qwen3-0.6B.jinja", None, "", "<|im_end|>"),
+    ("templates/meta-llama-Llama-3.2-3B-Instruct.jinja", None, "<|begin_of_text|>", "<|eot_id|>"),
 ]
 
 

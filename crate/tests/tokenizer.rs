@@ -386,11 +386,11 @@ struct TemplateCase {
 
 #[test]
 fn chat_templates_render_as_jinja2_does() {
-    // scripts/make_chat_goldens.py: Qwen2's template from llama.cpp's vocab file, Gemma's and
-    // Qwen3's from llama.cpp's template collection, rendered by jinja2 as transformers does;
-    // Qwen3's also with tools, calls and results.
+    // scripts/make_chat_goldens.py: Qwen2's template from llama.cpp's vocab file, Gemma's,
+    // Qwen3's and Llama 3.2's from llama.cpp's template collection, rendered by jinja2 as
+    // transformers does; Qwen3's and Llama 3.2's also with tools, calls and results.
     let goldens: ChatGoldens = serde_json::from_str(include_str!("fixtures/chat_goldens.json")).unwrap();
-    assert_eq!(goldens.templates.len(), 3);
+    assert_eq!(goldens.templates.len(), 4);
     for t in &goldens.templates {
         let bytes = vocab_file(&t.template_of);
         let template = if t.template_of.ends_with(".gguf") {

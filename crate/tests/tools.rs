@@ -102,38 +102,67 @@ fn a_tool_round_trip_reuses_the_first_requests_pages() {
     assert!(answer["tool_calls"].is_null() && !answer["text"].as_str().unwrap().is_empty(), "answered in text: {second}");
 }
 
-/// A template that presents tools itself (Qwen3's, from llama.cpp's collection) gets them as
-/// OpenAI's objects, and the reply's calls are its `<tool_call>` blocks: the default model run
-/// under that template calls, the calls parse and validate, and the conversation sent back
-/// (the calls and results rendered by the template) reuses the first prompt's pages.
-#[test]
-fn a_template_that_presents_tools_renders_them_and_reads_its_calls() {
+/// The default model under one of llama.cpp's collected templates (a template that presents
+/// tools itself), in `dialect`.
+fn under_template(name: &str, eos: &str, dialect: Dialect) -> Engine {
     let mut engine = Backend::Cpu.load(&default_model_bytes(), &EngineOptions::default());
     assert_eq!(engine.tool_dialect(), Dialect::Generic, "SmolLM2's template has no tools");
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/vocab/templates/Qwen-Qwen3-0.6B.jinja");
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/vocab/templates").join(name);
     let source = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e} (run scripts/fetch_vocabs.sh)", path.display()));
-    engine.chat_template = Some(ChatTemplate::new(&source, String::new(), "<|im_end|>".into()).unwrap());
-    assert_eq!(engine.tool_dialect(), Dialect::Hermes);
+    engine.chat_template = Some(ChatTemplate::new(&source, String::new(), eos.into()).unwrap());
+    assert_eq!(engine.tool_dialect(), dialect, "{name}");
+    engine
+}
 
+/// A template that presents tools itself gets them as OpenAI's objects and the reply's calls
+/// are in its own layout: the default model run under it calls (`opens` the reply), the calls
+/// parse and validate, the template wrote the tools (`presented` is in its prompt), and the
+/// conversation sent back (the calls and results rendered by the template) reuses the first
+/// prompt's pages. Returns the calls.
+fn round_trip_in_the_templates_own_format(engine: &mut Engine, opens: &str, presented: &str) -> Vec<(String, Value)> {
     let user = json!({ "role": "user", "content": "Convert 10 km to miles, and tell me the time in Lima." });
-    let first = chat(&mut engine, json!({ "messages": [user], "tools": tools(), "tool_choice": "required", "temperature": 0, "max_tokens": 128 }));
+    let first = chat(engine, json!({ "messages": [user], "tools": tools(), "tool_choice": "required", "temperature": 0, "max_tokens": 128 }));
     let choice = &first["choices"][0];
     assert_eq!(choice["finish_reason"], "tool_calls", "{first}");
-    assert!(choice["text"].as_str().unwrap().starts_with("<tool_call>\n{"), "{first}");
+    assert!(choice["text"].as_str().unwrap().starts_with(opens), "{first}");
     let calls = valid_calls(choice);
     let prompt_tokens = first["usage"]["prompt_tokens"].as_u64().unwrap();
-    // The template presented the tools: its prompt holds them as its own tojson writes them.
     let rendered = engine.render_chat(&Conversation { messages: vec![Message::new("user", user["content"].as_str().unwrap())], tools: tools().as_array().unwrap().clone() }, true).unwrap();
-    assert!(rendered.contains("<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"convert_units\""), "{rendered}");
+    assert!(rendered.contains(presented), "{rendered}");
     assert_eq!(engine.tokenizer.encode(&rendered, true).unwrap().len() as u64, prompt_tokens);
 
     let messages = with_results(&user, choice, &calls, "done");
-    let second = chat(&mut engine, json!({ "messages": messages, "tools": tools(), "tool_choice": "none", "temperature": 0, "max_tokens": 24 }));
+    let second = chat(engine, json!({ "messages": messages, "tools": tools(), "tool_choice": "none", "temperature": 0, "max_tokens": 24 }));
     let cached = second["usage"]["cached_tokens"].as_u64().unwrap();
     let page = engine.cache_stats().page_size as u64;
     assert!(cached + page > prompt_tokens, "cached {cached} of a first prompt of {prompt_tokens}: {second}");
     let answer = &second["choices"][0];
     assert!(answer["tool_calls"].is_null() && !answer["text"].as_str().unwrap().is_empty(), "answered in text: {second}");
+    calls
+}
+
+/// Qwen3's template (Hermes): `<tool_call>` blocks, the tools as its own tojson writes them.
+#[test]
+fn a_hermes_template_presents_the_tools_and_reads_its_calls() {
+    let mut engine = under_template("Qwen-Qwen3-0.6B.jinja", "<|im_end|>", Dialect::Hermes);
+    round_trip_in_the_templates_own_format(&mut engine, "<tool_call>\n{", "<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"convert_units\"");
+}
+
+/// Llama 3.2's template: the tools indented in the first user message, a call is the reply's
+/// one `{"name": …, "parameters": …}` object (one call, though two were asked for), results come
+/// back as `ipython` turns, and calls sent back two at a time are the template's own refusal.
+#[test]
+fn a_llama3_template_presents_the_tools_and_reads_its_one_call() {
+    let mut engine = under_template("meta-llama-Llama-3.2-3B-Instruct.jinja", "<|eot_id|>", Dialect::Llama3);
+    let calls = round_trip_in_the_templates_own_format(&mut engine, "{\"name\": \"", "<|start_header_id|>user<|end_header_id|>\n\nGiven the following functions");
+    assert_eq!(calls.len(), 1);
+    let (name, arguments) = &calls[0];
+    let call = |id: &str| json!({ "id": id, "type": "function", "function": { "name": name, "arguments": arguments.to_string() } });
+    let two = json!({ "messages": [{ "role": "user", "content": "Twice?" }, { "role": "assistant", "content": null, "tool_calls": [call("a"), call("b")] }], "tools": tools(), "tool_choice": "none" });
+    let fields: RequestFields = serde_json::from_value(two).unwrap();
+    let (conversation, _) = fields.conversation(Dialect::Llama3).unwrap();
+    let refused = engine.render_chat(&conversation, true).expect_err("two calls at once");
+    assert!(refused.to_string().contains("only supports single tool-calls"), "{refused}");
 }
 
 #[test]

@@ -353,8 +353,8 @@ function chatMessage(c: GeneratedChoice): ChatChoice["message"] {
 }
 
 /**
- * A streamed choice that may be tool calls: a reply of calls opens with "<" (text may not, by
- * the grammar), so the first character says which. Calls are held back and given whole at the
+ * A streamed choice that may be tool calls: a reply of calls opens with the model's call opener
+ * (text may not, by the grammar), so the first character says which. Calls are held back and given whole at the
  * end; text streams, with log-probabilities held while nothing is shown.
  */
 class ChatStreamChoice {
@@ -362,13 +362,14 @@ class ChatStreamChoice {
   private started = false;
   private held: TokenLogprob[] = [];
 
-  constructor(calls: boolean) {
-    this.mode = calls ? "undecided" : "text";
+  /** `opener`: what a reply of calls starts with, null where the reply is text. */
+  constructor(private readonly opener: string | null) {
+    this.mode = opener === null ? "text" : "undecided";
   }
 
   /** The delta and log-probabilities to send for a piece, or null to send nothing yet. */
   piece(text: string, logprob: TokenLogprob | null): { delta: ChatDelta; logprobs: TokenLogprob[] } | null {
-    if (this.mode === "undecided" && text !== "") this.mode = text.startsWith("<") ? "calls" : "text";
+    if (this.mode === "undecided" && text !== "") this.mode = this.opener !== null && text.startsWith(this.opener) ? "calls" : "text";
     if (this.mode === "calls") return null;
     if (logprob) this.held.push(logprob);
     if (this.mode === "undecided" || (text === "" && !logprob)) return null;
@@ -386,13 +387,14 @@ class ChatStreamChoice {
   }
 }
 
-function chatShapes(h: Head, calls: boolean): Shapes<ChatCompletion, ChatCompletionChunk> {
+/** `opener`: what a reply of calls starts with, null where the request allows no calls. */
+function chatShapes(h: Head, opener: string | null): Shapes<ChatCompletion, ChatCompletionChunk> {
   const object = "chat.completion.chunk" as const;
   const streamed = new Map<number, ChatStreamChoice>();
   const choice = (index: number) => {
     const known = streamed.get(index);
     if (known) return known;
-    const fresh = new ChatStreamChoice(calls);
+    const fresh = new ChatStreamChoice(opener);
     streamed.set(index, fresh);
     return fresh;
   };
@@ -481,7 +483,7 @@ function completionShapes(h: Head): Shapes<Completion, CompletionChunk> {
 class ChatCompletionsApi implements ChatCompletions {
   constructor(
     private readonly link: WorkerLink,
-    private readonly model: string,
+    private readonly info: ModelInfo,
   ) {}
 
   create(request: ChatCompletionRequest & { stream?: false | null }): Promise<ChatCompletion>;
@@ -490,7 +492,7 @@ class ChatCompletionsApi implements ChatCompletions {
   async create(request: ChatCompletionRequest): Promise<ChatCompletion | AsyncIterable<ChatCompletionChunk>> {
     const params = checkChatRequest(request);
     const calls = (params.tools?.length ?? 0) > 0 && params.tool_choice !== "none";
-    return respond(this.link, params, request, chatShapes(head("chatcmpl", this.model), calls));
+    return respond(this.link, params, request, chatShapes(head("chatcmpl", this.info.modelName), calls ? this.info.toolCallOpener : null));
   }
 }
 
@@ -519,7 +521,7 @@ class WorkerEngine implements Engine {
     private readonly link: WorkerLink,
     readonly info: ModelInfo,
   ) {
-    this.chat = { completions: new ChatCompletionsApi(link, info.modelName) };
+    this.chat = { completions: new ChatCompletionsApi(link, info) };
     this.completions = new CompletionsApi(link, info.modelName);
     this.cache = {
       // async, so that a malformed prefix rejects rather than throws

@@ -48,6 +48,8 @@ export function modelInfo(i: WasmInfo): ModelInfo {
     threads: i.threads,
     fingerprint: i.fingerprint,
     hasChatTemplate: i.has_chat_template,
+    toolFormat: i.tool_format,
+    toolCallOpener: i.tool_call_opener,
   };
 }
 

@@ -109,6 +109,13 @@ export interface ModelInfo {
   /** Whether the model's GGUF carries a chat template: without one (a base model), chat
    * requests are refused with an InvalidRequestError and completions serve it. */
   hasChatTemplate: boolean;
+  /** How tools are shown to the model and its calls read: "generic" (radixlm's documented
+   * format, through any chat template), or the model's own where its template has one:
+   * "hermes" (Qwen2.5, Qwen3: `<tool_call>` blocks) or "llama3" (Llama 3.1-3.3: one JSON
+   * object a reply). */
+  toolFormat: "generic" | "hermes" | "llama3";
+  /** What a reply of tool calls starts with in that format (a text reply may not). */
+  toolCallOpener: string;
 }
 
 /** One message of a conversation. */

@@ -1,7 +1,7 @@
 //! Tool calling (OpenAI's `tools`, `tool_choice`, `parallel_tool_calls`, assistant `tool_calls`
 //! and `role: "tool"` messages), in the model's own format where its chat template has one
-//! ([`Dialect::Hermes`]: Qwen2.5, Qwen3, Hermes), else in radixlm's generic format
-//! ([`Dialect::Generic`]), which any chat template renders:
+//! ([`Dialect::Hermes`]: Qwen2.5, Qwen3, Hermes; [`Dialect::Llama3`]: Llama 3.1-3.3), else in
+//! radixlm's generic format ([`Dialect::Generic`]), which any chat template renders:
 //!
 //! - The tools go first in the system message, so conversations with the same tools share
 //!   those pages (the request's own system message follows them): a short instruction, then
@@ -13,9 +13,11 @@
 //!   not start with `<` or whitespace.
 //! - Tool results go back as a user turn: `<tool_response>\n…\n</tool_response>` per result.
 //!
-//! In the Hermes dialect the template renders the tools (OpenAI's objects), the calls sent back
-//! (arguments as objects) and the results itself; a reply's calls are one
-//! `<tool_call>\n{"name": "f", "arguments": {…}}\n</tool_call>` block each, on lines of their own.
+//! In the model's own dialects the template renders the tools (OpenAI's objects), the calls sent
+//! back (arguments as objects) and the results itself. In Hermes a reply's calls are one
+//! `<tool_call>\n{"name": "f", "arguments": {…}}\n</tool_call>` block each, on lines of their own;
+//! in Llama 3 a call is the whole reply, `{"name": "f", "parameters": {…}}`, one call a reply (the
+//! template renders no more), and text under "auto" may not start with `{`.
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -33,6 +35,9 @@ pub enum Dialect {
     /// The template presents the tools itself (a `tools` variable) and calls are `<tool_call>`
     /// blocks of JSON (Qwen2.5, Qwen3, Hermes 2 Pro).
     Hermes,
+    /// The template presents the tools itself, results come back in `ipython` turns, and a call
+    /// is the reply's one JSON object with `parameters` (Llama 3.1, 3.2, 3.3).
+    Llama3,
 }
 
 impl Dialect {
@@ -40,7 +45,33 @@ impl Dialect {
     pub fn of(template: Option<&ChatTemplate>) -> Self {
         match template {
             Some(t) if t.renders_tools() && t.source().contains(CALL_OPEN) => Self::Hermes,
+            Some(t) if t.renders_tools() && t.source().contains(LLAMA3_RESULTS) => Self::Llama3,
             _ => Self::Generic,
+        }
+    }
+
+    /// The dialect's name in the package's `ModelInfo.toolFormat`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Generic => "generic",
+            Self::Hermes => "hermes",
+            Self::Llama3 => "llama3",
+        }
+    }
+
+    /// The text a reply of calls starts with (a text reply may not).
+    pub fn call_opener(self) -> char {
+        match self {
+            Self::Generic | Self::Hermes => '<',
+            Self::Llama3 => '{',
+        }
+    }
+
+    /// The key of a call's arguments object.
+    fn arguments_key(self) -> &'static str {
+        match self {
+            Self::Generic | Self::Hermes => "arguments",
+            Self::Llama3 => "parameters",
         }
     }
 }
@@ -185,6 +216,8 @@ const CALL_OPEN: &str = "<tool_call>";
 const CALL_CLOSE: &str = "</tool_call>";
 /// Between two of the Hermes dialect's call blocks.
 const BETWEEN_BLOCKS: &str = "</tool_call>\n<tool_call>";
+/// The header of the turn in which Llama 3's templates give tool results back.
+const LLAMA3_RESULTS: &str = "<|start_header_id|>ipython";
 
 /// A function's arguments schema: none takes an empty object; an object schema that does not
 /// say whether other properties are allowed allows none (as OpenAI's strict mode requires).
@@ -231,7 +264,7 @@ fn calls_text(calls: &[ToolCall]) -> String {
 pub fn template_messages(tools: &[Tool], messages: &[ChatMessage], dialect: Dialect) -> Result<Conversation, String> {
     match dialect {
         Dialect::Generic => generic_messages(tools, messages).map(Conversation::from),
-        Dialect::Hermes => {
+        Dialect::Hermes | Dialect::Llama3 => {
             let messages = messages.iter().enumerate().map(|(at, m)| template_message(at, m)).collect::<Result<_, _>>()?;
             Ok(Conversation { messages, tools: tools.iter().map(Tool::to_json).collect() })
         }
@@ -328,14 +361,16 @@ fn generic_messages(tools: &[Tool], messages: &[ChatMessage]) -> Result<Vec<Mess
 /// The grammar a reply follows under `choice` (none: free text) in `dialect`; `parallel` lets
 /// it make more than one call.
 pub fn reply_format(tools: &[Tool], choice: &ToolChoice, parallel: bool, dialect: Dialect) -> Option<ResponseFormat> {
+    let key = dialect.arguments_key();
     let call = |t: &Tool| {
         json!({
             "type": "object",
-            "properties": { "name": { "const": t.function.name }, "arguments": arguments_schema(&t.function) },
-            "required": ["name", "arguments"],
+            "properties": { "name": { "const": t.function.name }, key: arguments_schema(&t.function) },
+            "required": ["name", key],
             "additionalProperties": false,
         })
     };
+    let parallel = parallel && dialect != Dialect::Llama3;
     let (chosen, many): (Vec<Value>, bool) = match choice {
         ToolChoice::None if tools.is_empty() => return None,
         ToolChoice::None => (Vec::new(), false),
@@ -343,7 +378,8 @@ pub fn reply_format(tools: &[Tool], choice: &ToolChoice, parallel: bool, dialect
         ToolChoice::Auto | ToolChoice::Required => (tools.iter().map(call).collect(), parallel),
     };
     // Text may not open like a call (nor with whitespace before one), so a reply is one or the other.
-    let text = "TEXT: /[^<\\s](?s:.*)/";
+    // (Neither opener is special inside a character class.)
+    let text = format!("TEXT: /[^{}\\s](?s:.*)/", dialect.call_opener());
     let more = if many { "(\",\\n\" call)* " } else { "" };
     let call = single_line(json!({ "anyOf": chosen }));
     let calls = match dialect {
@@ -352,6 +388,7 @@ pub fn reply_format(tools: &[Tool], choice: &ToolChoice, parallel: bool, dialect
             "calls: block {}\nblock: \"{CALL_OPEN}\\n\" call \"\\n{CALL_CLOSE}\"\ncall: %json {call}",
             if many { "(\"\\n\" block)*" } else { "" }
         ),
+        Dialect::Llama3 => format!("calls: call\ncall: %json {call}"),
     };
     let grammar = match choice {
         ToolChoice::None => format!("start: TEXT\n{text}\n"),
@@ -366,7 +403,7 @@ pub fn parse_calls(text: &str, dialect: Dialect) -> Option<Vec<(String, String)>
     #[derive(Deserialize)]
     struct Call<'a> {
         name: String,
-        #[serde(borrow)]
+        #[serde(borrow, alias = "parameters")]
         arguments: &'a RawValue,
     }
     let calls: Vec<Call> = match dialect {
@@ -377,6 +414,8 @@ pub fn parse_calls(text: &str, dialect: Dialect) -> Option<Vec<(String, String)>
             .split(BETWEEN_BLOCKS)
             .map(|inner| serde_json::from_str(inner.trim()).ok())
             .collect::<Option<_>>()?,
+        Dialect::Llama3 => vec![serde_json::from_str(text).ok()?],
     };
     Some(calls.into_iter().map(|c| (c.name, c.arguments.get().to_string())).collect())
 }
+

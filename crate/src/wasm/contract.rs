@@ -98,6 +98,11 @@ pub struct ModelInfo {
     /// The model's fingerprint (hex), which keys its cache.
     pub fingerprint: String,
     pub has_chat_template: bool,
+    /// How the model is shown tools and writes its calls (`api::Dialect`).
+    #[tsify(type = "\"generic\" | \"hermes\" | \"llama3\"")]
+    pub tool_format: String,
+    /// What a reply of tool calls starts with in that format (a text reply may not).
+    pub tool_call_opener: String,
 }
 
 /// `WasmEngine.stats()`: the cache's occupancy, its use, and the spill tier (null when off,

@@ -315,6 +315,8 @@ impl WasmEngine {
             threads: backend.threads,
             fingerprint: format!("{:032x}", e.fingerprint),
             has_chat_template: e.chat_template.is_some(),
+            tool_format: e.tool_dialect().name().into(),
+            tool_call_opener: e.tool_dialect().call_opener().into(),
         })
     }
 
