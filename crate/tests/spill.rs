@@ -168,11 +168,14 @@ fn teacher_forced_agreement(engine: &mut Engine, prefix: &[u32], prompt: &[u32],
 
 on_each_backend!(q4_agreement_with_cold_runs_on_the_default_model, |backend: Backend| {
     // Each step is a forward pass with its logits read back: a quarter as many on a GPU, whose
-    // tests run on a software adapter (the bounds are fractions of the steps).
-    let steps: usize = if matches!(backend, Backend::Gpu(_)) { 64 } else { 256 };
+    // tests run on a software adapter (the bounds are fractions of the steps), and there q4
+    // only (q8's restored runs are held to exactness on the GPU by the test above).
+    let gpu = matches!(backend, Backend::Gpu(_));
+    let steps: usize = if gpu { 64 } else { 256 };
+    let formats: &[SpillFormat] = if gpu { &[SpillFormat::Q4] } else { &[SpillFormat::Q8, SpillFormat::Q4] };
     let bytes = common::default_model_bytes();
     let mut agreement = Vec::new();
-    for format in [SpillFormat::Q8, SpillFormat::Q4] {
+    for &format in formats {
         let dir = tempfile::tempdir().unwrap();
         let mut engine = engine(backend, &bytes, dir.path(), format, EngineOptions::default());
         let (prefix, _, prompt) = prompt_and_suffix(&engine, DOCUMENT, QUESTION);
