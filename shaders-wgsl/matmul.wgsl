@@ -376,10 +376,10 @@ const TILE_WG: u32 = 128u;     // lanes: 16 slot groups × 8 token groups of 4
 const TILE_ROWS: u32 = 64u;    // weight-row slots per workgroup (gpu/ops/matmul.rs TILE_ROWS)
 const TILE_TOKENS: u32 = 32u;  // tokens per workgroup (gpu/ops/matmul.rs TILE_TOKENS)
 const TILE_K: u32 = 32u;       // columns per step
-const TILE_K4: u32 = TILE_K / 4u + 1u; // a tile row in vec4s, padded by one: lanes reading rows 4 apart hit different banks
+const TILE_K4: u32 = TILE_K / 4u + 1u; // a tile row in vec4s, padded to an odd count (see tile_place)
 // In f32 9 KiB + 4.5 KiB + 1 KiB, under WebGPU's 16 KiB of workgroup storage; TileVec is vec4<f32>
 // or vec4<f16> (tile_f32.wgsl, tile_f16.wgsl).
-var<workgroup> w_tile: array<TileVec, TILE_ROWS * TILE_K4>;   // [slot][k / 4] dequantized weights
+var<workgroup> w_tile: array<TileVec, TILE_ROWS * TILE_K4>;   // [place][k / 4] dequantized weights
 var<workgroup> x_tile: array<TileVec, TILE_TOKENS * TILE_K4>; // [token][k / 4] activations (times norm_w)
 var<workgroup> sq_parts: array<f32, 2u * TILE_WG>;              // each lane's sums of squares of its two tokens
 
@@ -406,6 +406,11 @@ fn tile_weights4(row: u32, k: u32) -> vec4<f32> {
     return v;
 }
 
+/// Weights k .. k + 3 of the four rows starting at bytes `rows`, zero past K.
+fn tile_weights(rows: vec4<u32>, k: u32) -> mat4x4<f32> {
+    return mat4x4<f32>(tile_weights4(rows.x, k), tile_weights4(rows.y, k), tile_weights4(rows.z, k), tile_weights4(rows.w, k));
+}
+
 /// Raw activations k .. k + 3 of the row starting at `row`, zero past K.
 fn tile_x4(row: u32, k: u32) -> vec4<f32> {
     if (k + 4u <= K) {
@@ -418,9 +423,18 @@ fn tile_x4(row: u32, k: u32) -> vec4<f32> {
     return v;
 }
 
+/// Where slot 4m + j's weights sit in the tile: place 16j + m. The multiplying lane m reads its
+/// four slots 4m .. 4m + 3, so at each read the 16 lanes of a row group read 16 consecutive
+/// places, TILE_K4 (odd) vec4s apart: every 8 lanes (one 128-byte wavefront of vec4 reads) hit
+/// 8 different bank quads. Slot-major placement put them 4 · TILE_K4 vec4s apart, 16 words
+/// mod 32: two bank quads for 8 lanes, a 4-way conflict.
+fn tile_place(slot: u32) -> u32 {
+    return slot % 4u * 16u + slot / 4u;
+}
+
 /// Slot s's weights at columns 4c .. 4c + 3 of the tile, in f32.
 fn tile_w(s: u32, c: u32) -> vec4<f32> {
-    return vec4<f32>(w_tile[s * TILE_K4 + c]);
+    return vec4<f32>(w_tile[tile_place(s) * TILE_K4 + c]);
 }
 
 /// Token t's activations at columns 4c .. 4c + 3 of the tile, in f32.
@@ -479,12 +493,12 @@ fn matmul_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation
     if (r0 >= output_rows() || t0 >= nt) {
         return; // the whole workgroup: both are uniform
     }
-    // Loading: lane l fills column group g of slots s, s + 16, s + 32, s + 48 and of tokens
-    // s, s + 16 (clamped to the last token; only real tokens are stored).
+    // Loading: lane l fills column group g of places s, s + 16, s + 32, s + 48 (slots 4s .. 4s + 3)
+    // and of tokens s, s + 16 (clamped to the last token; only real tokens are stored).
     let g = lid % (TILE_K / 4u);
     let s = lid / (TILE_K / 4u);
     let rb = row_bytes(K);
-    let wrow = vec4<u32>(tile_weight_row(r0, s), tile_weight_row(r0, s + 16u), tile_weight_row(r0, s + 32u), tile_weight_row(r0, s + 48u)) * rb;
+    let wrow = vec4<u32>(tile_weight_row(r0, 4u * s), tile_weight_row(r0, 4u * s + 1u), tile_weight_row(r0, 4u * s + 2u), tile_weight_row(r0, 4u * s + 3u)) * rb;
     let xa = min(t0 + s, nt - 1u) * K;
     let xb = min(t0 + s + 16u, nt - 1u) * K;
     var sq = vec2<f32>();
@@ -516,21 +530,31 @@ fn matmul_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation
         pre = vec2<f32>(inv_rms(full.x), inv_rms(full.y));
         workgroupBarrier(); // sq_parts is written again after the loop
     }
+    // Double-buffered through registers: a step's weights and activations are read (and the
+    // weights dequantized) before the step before it multiplies, so the reads' latency hides
+    // behind that step's arithmetic; workgroup memory holds one tile (two would not fit in
+    // 16 KiB with f32 tiles).
+    var w_next = tile_weights(wrow, g * 4u);
+    var a_next = tile_x4(xa, g * 4u);
+    var b_next = tile_x4(xb, g * 4u);
     for (var k0 = 0u; k0 < K; k0 += TILE_K) {
         let k = k0 + g * 4u;
-        w_tile[s * TILE_K4 + g] = TileVec(tile_weights4(wrow.x, k));
-        w_tile[(s + 16u) * TILE_K4 + g] = TileVec(tile_weights4(wrow.y, k));
-        w_tile[(s + 32u) * TILE_K4 + g] = TileVec(tile_weights4(wrow.z, k));
-        w_tile[(s + 48u) * TILE_K4 + g] = TileVec(tile_weights4(wrow.w, k));
-        let a = tile_x4(xa, k);
-        let b = tile_x4(xb, k);
+        w_tile[s * TILE_K4 + g] = TileVec(w_next[0]);
+        w_tile[(s + 16u) * TILE_K4 + g] = TileVec(w_next[1]);
+        w_tile[(s + 32u) * TILE_K4 + g] = TileVec(w_next[2]);
+        w_tile[(s + 48u) * TILE_K4 + g] = TileVec(w_next[3]);
         if (NORM) {
-            sq += vec2<f32>(dot(a, a), dot(b, b));
+            sq += vec2<f32>(dot(a_next, a_next), dot(b_next, b_next));
         }
         let n = tile_norm4(k);
-        x_tile[s * TILE_K4 + g] = TileVec(a * n * pre.x);
-        x_tile[(s + 16u) * TILE_K4 + g] = TileVec(b * n * pre.y);
+        x_tile[s * TILE_K4 + g] = TileVec(a_next * n * pre.x);
+        x_tile[(s + 16u) * TILE_K4 + g] = TileVec(b_next * n * pre.y);
         workgroupBarrier();
+        if (k0 + TILE_K < K) {
+            w_next = tile_weights(wrow, k + TILE_K);
+            a_next = tile_x4(xa, k + TILE_K);
+            b_next = tile_x4(xb, k + TILE_K);
+        }
         for (var c = 0u; c < TILE_K / 4u; c++) {
             let wm = mat4x4<f32>(tile_w(4u * rg, c), tile_w(4u * rg + 1u, c), tile_w(4u * rg + 2u, c), tile_w(4u * rg + 3u, c));
             acc0 += tile_x(4u * tg, c) * wm;
