@@ -94,7 +94,8 @@ test("tools: TTFT with cached tool definitions beside the same requests without 
   await engine.close();
   for (const r of rows) expect(r.failed, r.question).toBeNull();
 
-  const ratio = median(allWarm) / median(allWithout);
+  // The goal is per request: pooled medians compare different questions' times and can hide it.
+  const worstRatio = Math.max(...rows.map((r) => r.warmMs / r.withoutMs));
   const f = (x: number) => x.toFixed(1);
   const lines = [
     `# TTFT with ${PROTOCOL.tools.length} cached tool definitions vs without tools (radixlm CPU backend, ${engine.threads} thread${engine.threads === 1 ? "" : "s"})`,
@@ -105,9 +106,9 @@ test("tools: TTFT with cached tool definitions beside the same requests without 
     "|---|---:|---:|---:|---:|---:|---:|---|",
     ...rows.map((r) => `| ${r.question} | ${r.promptTokens} / ${r.promptTokensWithout} | ${r.cachedTokens} | ${f(r.warmMs)} | ${f(r.withoutMs)} | ${(r.warmMs / r.withoutMs).toFixed(2)}× | ${f(r.coldMs)} | ${r.failed ?? "pass"} |`),
     "",
-    `Over all: warm with tools ${f(median(allWarm))} ms, without tools ${f(median(allWithout))} ms: ${ratio.toFixed(2)}× (goal ≤ ${GOAL}×).`,
+    `Worst question's ratio ${worstRatio.toFixed(2)}× (goal ≤ ${GOAL}× for each request); medians over all questions: warm with tools ${f(median(allWarm))} ms, without tools ${f(median(allWithout))} ms.`,
     "",
     describe(env),
   ];
-  writeResults("tools", lines.join("\n"), { env, shared, rows, ratio });
+  writeResults("tools", lines.join("\n"), { env, shared, rows, worstRatio });
 });
