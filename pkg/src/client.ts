@@ -354,8 +354,8 @@ function chatMessage(c: GeneratedChoice): ChatChoice["message"] {
 
 /**
  * A streamed choice that may be tool calls: a reply of calls opens with the model's call opener
- * (text may not, by the grammar), so the first character says which. Calls are held back and given whole at the
- * end; text streams, with log-probabilities held while nothing is shown.
+ * (text may not, by the grammar), so the first character says which. Calls are held back and
+ * given whole at the end; text streams, with log-probabilities held while nothing is shown.
  */
 class ChatStreamChoice {
   private mode: "undecided" | "text" | "calls";

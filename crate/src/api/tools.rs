@@ -418,4 +418,3 @@ pub fn parse_calls(text: &str, dialect: Dialect) -> Option<Vec<(String, String)>
     };
     Some(calls.into_iter().map(|c| (c.name, c.arguments.get().to_string())).collect())
 }
-

@@ -301,6 +301,7 @@ impl WasmEngine {
         let st = self.borrow()?;
         let e = &st.engine;
         let backend = e.backend_info();
+        let tools = e.tool_dialect();
         to_js(&ModelInfo {
             model_name: e.model_name.clone(),
             architecture: e.cfg.arch.clone(),
@@ -315,8 +316,8 @@ impl WasmEngine {
             threads: backend.threads,
             fingerprint: format!("{:032x}", e.fingerprint),
             has_chat_template: e.chat_template.is_some(),
-            tool_format: e.tool_dialect().name().into(),
-            tool_call_opener: e.tool_dialect().call_opener().into(),
+            tool_format: tools.name().into(),
+            tool_call_opener: tools.call_opener().into(),
         })
     }
 
