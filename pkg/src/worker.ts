@@ -472,6 +472,7 @@ class Driver {
       return await this.exclusive(() => engine.step());
     } finally {
       job.stepping = false;
+      await nextTask();
     }
   }
 
@@ -504,6 +505,23 @@ class Driver {
     });
   }
 }
+
+/**
+ * Resolves in a task of its own, after the page's messages already queued (an abort, a stats call)
+ * have been delivered. A step on the CPU backend settles within one task, its promise by
+ * microtasks alone: without this turn a request would run to its end before an abort could land.
+ * A MessageChannel turn, not setTimeout, which browsers clamp to 4 ms when nested.
+ */
+const nextTask: () => Promise<void> = (() => {
+  const channel = new MessageChannel();
+  const waiting: (() => void)[] = [];
+  channel.port1.onmessage = () => waiting.shift()?.();
+  return () =>
+    new Promise<void>((resolve) => {
+      waiting.push(resolve);
+      channel.port2.postMessage(null);
+    });
+})();
 
 /** How often an idle worker checks its GPU device (a flag read: cheap). */
 const DEVICE_WATCH_MS = 1000;
