@@ -19,7 +19,8 @@ echo "== TypeScript type checks"
 (cd playwright-tests && npx --no-install tsc --noEmit -p .)
 
 echo "== native tests"
-cargo build --quiet --bin radixlm
+# Builds the CLI too (target/debug/radixlm, which the browser tests run), with the features the
+# tests' dependencies unify: a separate `cargo build` of it would compile every crate twice.
 cargo test --workspace --no-fail-fast -- --show-output
 
 echo "== browser tests"

@@ -113,12 +113,12 @@ fn prompt_ids_and_greedy_tokens_match_llama_cpp_on_the_cpu() {
 #[test]
 fn logits_and_greedy_tokens_on_webgpu_default_limits() {
     // The 170 MB tied embedding and LM head split over 128 MiB bindings. One load for both
-    // checks, and two short prompts' greedy tokens: a decoded token costs ~0.4 s on a software
+    // checks, and one short prompt's greedy tokens: a decoded token costs ~0.5 s on a software
     // adapter.
     let goldens = goldens();
     let mut engine = Backend::Gpu(LimitsPolicy::WebGpuDefault).load(&model_bytes(), &EngineOptions::default());
     check_logits(&mut engine, &goldens);
-    let cases: Vec<&Case> = goldens.cases.iter().filter(|c| c.name == "gemma3-0" || c.name == "gemma3-3").collect();
+    let cases: Vec<&Case> = goldens.cases.iter().filter(|c| c.name == "gemma3-0").collect();
     let matched = check_goldens(&mut engine, &cases, &goldens.banned);
     println!("GPU: {matched} of {} greedy steps equal llama.cpp's", 32 * cases.len());
 }

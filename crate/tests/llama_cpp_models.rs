@@ -121,9 +121,12 @@ fn check_mixes(target: impl Fn() -> Target, kernels: Option<KernelShapes>) {
         }
 
         // Warm: the prompt's whole pages come from the cache and the tokens are the same.
-        let warm = run_greedy(&mut engine, &ids, goldens.n_continue);
+        // In the real-GPU shapes, whose steps are the slowest on a software adapter, the warm run's
+        // first 8 tokens: the cached pages are read from the first on.
+        let warm_tokens = if kernels.is_some() { 8 } else { goldens.n_continue };
+        let warm = run_greedy(&mut engine, &ids, warm_tokens);
         assert!(warm.stats.reused_tokens >= ids.len() / 16 * 16 - 16 && warm.stats.reused_tokens > 0, "{}: warm run reused {} tokens", case.file, warm.stats.reused_tokens);
-        assert_eq!(warm.tokens, cold.tokens, "{}: warm run differs from cold", case.file);
+        assert_eq!(warm.tokens, cold.tokens[..warm_tokens], "{}: warm run differs from cold", case.file);
 
         // The prompt's logits (its last token always computed, cached pages or not).
         let mut seq = Sequence::default();

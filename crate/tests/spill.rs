@@ -97,7 +97,12 @@ on_each_backend!(restored_q8_prefixes_continue_exactly_as_cold_runs, |backend: B
     let dir = tempfile::tempdir().unwrap();
     let mut engine = engine(backend, &bytes, dir.path(), SpillFormat::Q8, EngineOptions::default());
     let chat_system = "<|im_start|>system\nYou are a careful assistant. Answer from the document only, in one sentence.\n\n".to_string() + DOCUMENT + "<|im_end|>\n";
-    let cases = [(DOCUMENT.to_string(), QUESTION), (chat_system, "<|im_start|>user\nHow tall is the tower?<|im_end|>\n<|im_start|>assistant\n")];
+    let mut cases = vec![(chat_system, "<|im_start|>user\nHow tall is the tower?<|im_end|>\n<|im_start|>assistant\n"), (DOCUMENT.to_string(), QUESTION)];
+    // On the GPU (a software adapter in CI, half a second a step) the chat case only: the device's
+    // part, pages decoded from the store into its pool, is the same for both.
+    if matches!(backend, Backend::Gpu(_)) {
+        cases.truncate(1);
+    }
     for (doc, question) in &cases {
         let (prefix, suffix, prompt) = prompt_and_suffix(&engine, doc, question);
         let cold_run = cold(&mut engine, &prompt, 32);
@@ -166,16 +171,16 @@ fn teacher_forced_agreement(engine: &mut Engine, prefix: &[u32], prompt: &[u32],
     agree
 }
 
-on_each_backend!(q4_agreement_with_cold_runs_on_the_default_model, |backend: Backend| {
-    // Each step is a forward pass with its logits read back: a quarter as many on a GPU, whose
-    // tests run on a software adapter (the bounds are fractions of the steps), and there q4
-    // only (q8's restored runs are held to exactness on the GPU by the test above).
-    let gpu = matches!(backend, Backend::Gpu(_));
-    let steps: usize = if gpu { 64 } else { 256 };
-    let formats: &[SpillFormat] = if gpu { &[SpillFormat::Q4] } else { &[SpillFormat::Q8, SpillFormat::Q4] };
+/// On the CPU backend: the agreement is the spill format's, and the GPU's quantization is held to
+/// the CPU's level by level (within one) on real K/V pages by the round-trip test above, and its
+/// restored q8 runs to exactness by the restored-prefix test.
+#[test]
+fn q4_agreement_with_cold_runs_on_the_default_model() {
+    let backend = Backend::Cpu;
+    let steps: usize = 256;
     let bytes = common::default_model_bytes();
     let mut agreement = Vec::new();
-    for &format in formats {
+    for format in [SpillFormat::Q8, SpillFormat::Q4] {
         let dir = tempfile::tempdir().unwrap();
         let mut engine = engine(backend, &bytes, dir.path(), format, EngineOptions::default());
         let (prefix, _, prompt) = prompt_and_suffix(&engine, DOCUMENT, QUESTION);
@@ -189,9 +194,7 @@ on_each_backend!(q4_agreement_with_cold_runs_on_the_default_model, |backend: Bac
         println!("{format:?} restored vs cold over 32 greedy tokens: {greedy}; top-1 agreement over {steps} decode steps {agree} / {steps}");
         agreement.push((format, greedy, agree));
     }
-    // Measured: q8 32 of 32 and 255 / 256 (CPU), 63 / 64 (llvmpipe); q4 3 of 32 then a near
-    // tie, and 253 / 256 (CPU), 61 / 64 (llvmpipe);
-    // the margins allow for other adapters' rounding.
+    // Measured: q8 32 of 32 and 255 / 256; q4 3 of 32 then a near tie, and 253 / 256.
     for (format, greedy, agree) in agreement {
         let min_agree = match format {
             SpillFormat::Q8 => {
@@ -205,7 +208,7 @@ on_each_backend!(q4_agreement_with_cold_runs_on_the_default_model, |backend: Bac
         };
         assert!(agree >= min_agree, "{format:?} top-1 agreement {agree} / {steps} under {min_agree}");
     }
-});
+}
 
 /// The file holding the record of `prompt`'s first page in a directory store at `dir`.
 fn first_record(engine: &Engine, dir: &Path, prompt: &[u32]) -> std::path::PathBuf {
