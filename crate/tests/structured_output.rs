@@ -98,6 +98,22 @@ fn the_mask_on_the_device_picks_as_the_mask_on_read_back_logits() {
     }
 }
 
+/// A format seen before starts from a copy of its compiled parser (an app sends the same tools
+/// with every request): the copy is the parser as compiled, not one a reply has advanced.
+#[test]
+fn a_repeated_format_constrains_as_when_first_compiled() {
+    let mut engine = Backend::Cpu.load(&default_model_bytes(), &EngineOptions::default());
+    let (prompt, schema) = cases().swap_remove(1);
+    let params = SamplingParams { max_tokens: 160, response_format: Some(schema_format(&schema)), ..Default::default() };
+    let first = generate(&mut engine, &prompt, &params).unwrap();
+    assert_eq!(first.finish_reason, FinishReason::Stop, "{}", first.text);
+    for _ in 0..2 {
+        let again = generate(&mut engine, &prompt, &params).unwrap();
+        assert_eq!(again.tokens, first.tokens, "{:?} vs {:?}", again.text, first.text);
+        assert_eq!(again.stats.mask.as_ref().map(|m| m.steps), first.stats.mask.as_ref().map(|m| m.steps));
+    }
+}
+
 #[test]
 fn json_object_replies_are_objects() {
     let mut engine = Backend::Cpu.load(&default_model_bytes(), &EngineOptions::default());

@@ -2,11 +2,11 @@
 //! radixlm's Lark `grammar` and `regex`) compiled by llguidance into a matcher that says which
 //! tokens may come next, so every reply parses.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use llguidance::api::TopLevelGrammar;
 use llguidance::toktrie::{TokEnv, TokRxInfo, TokTrie, TokenId, TokenizerEnv};
-use llguidance::{Matcher, ParserFactory};
+use llguidance::{Matcher, ParserFactory, TokenParser};
 use serde::Deserialize;
 
 use crate::tokenizer::Tokenizer;
@@ -102,7 +102,14 @@ impl TokenizerEnv for VocabEnv {
 pub struct Grammars {
     factory: Arc<ParserFactory>,
     eos: u32,
+    /// The parsers of the latest formats, most recent first, as compiled (no token consumed): a
+    /// request repeating a format, as an app's tools come with every request, starts from a copy
+    /// instead of compiling it again (the default model's tools grammar: ~4 ms natively).
+    compiled: Mutex<Vec<(ResponseFormat, TokenParser)>>,
 }
+
+/// How many formats' parsers are kept.
+const COMPILED_FORMATS: usize = 8;
 
 impl Grammars {
     pub fn new(tokenizer: &Tokenizer) -> Result<Self, ConstraintError> {
@@ -117,18 +124,42 @@ impl Grammars {
         let env: TokEnv = Arc::new(VocabEnv { trie: TokTrie::from(&info, &words) });
         let mut factory = ParserFactory::new_simple(&env).map_err(|e| ConstraintError::Matcher(e.to_string()))?;
         factory.quiet();
-        Ok(Self { factory: Arc::new(factory), eos: tokenizer.eos_id() })
+        Ok(Self { factory: Arc::new(factory), eos: tokenizer.eos_id(), compiled: Mutex::new(Vec::new()) })
     }
 
     /// The constraint of one request, or None for plain text. A grammar llguidance refuses (a
     /// bad schema, regex or Lark) is an error naming its problem, before any token is computed.
     pub fn constraint(&self, format: &ResponseFormat) -> Result<Option<Constraint>, ConstraintError> {
         let Some(grammar) = format.grammar() else { return Ok(None) };
+        if let Some(parser) = self.recall(format) {
+            return Ok(Some(Constraint { matcher: Matcher::new(Ok(parser)), eos: self.eos }));
+        }
         let parser = self.factory.create_parser(grammar).map_err(|e| ConstraintError::Format(e.to_string()))?;
+        let fresh = parser.deep_clone();
         let matcher = Matcher::new(Ok(parser));
         match matcher.get_error() {
             Some(e) => Err(ConstraintError::Format(e.to_string())),
-            None => Ok(Some(Constraint { matcher, eos: self.eos })),
+            None => {
+                self.remember(format, fresh);
+                Ok(Some(Constraint { matcher, eos: self.eos }))
+            }
+        }
+    }
+
+    /// A copy of the parser compiled for `format`, if it is among the latest.
+    fn recall(&self, format: &ResponseFormat) -> Option<TokenParser> {
+        let mut compiled = self.compiled.lock().ok()?;
+        let i = compiled.iter().position(|(f, _)| f == format)?;
+        let entry = compiled.remove(i);
+        let copy = entry.1.deep_clone();
+        compiled.insert(0, entry);
+        Some(copy)
+    }
+
+    fn remember(&self, format: &ResponseFormat, parser: TokenParser) {
+        if let Ok(mut compiled) = self.compiled.lock() {
+            compiled.insert(0, (format.clone(), parser));
+            compiled.truncate(COMPILED_FORMATS);
         }
     }
 }
