@@ -5,11 +5,11 @@
 
 mod common;
 
+use std::sync::Arc;
+
 use common::{default_model_bytes, Backend};
 use radixlm::engine::constraint::ResponseFormat;
 use radixlm::engine::sampling::SamplingParams;
-use std::sync::Arc;
-
 use radixlm::engine::{Engine, EngineError, EngineOptions, FinishReason, Poller, Sequence, Target};
 use radixlm::gpu::executor::open;
 use radixlm::gpu::ops::KernelShapes;

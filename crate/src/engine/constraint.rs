@@ -130,10 +130,11 @@ impl Grammars {
     /// The constraint of one request, or None for plain text. A grammar llguidance refuses (a
     /// bad schema, regex or Lark) is an error naming its problem, before any token is computed.
     pub fn constraint(&self, format: &ResponseFormat) -> Result<Option<Constraint>, ConstraintError> {
-        let Some(grammar) = format.grammar() else { return Ok(None) };
+        // Before the grammar is built from the format (a copy of its schema): a kept parser needs none.
         if let Some(parser) = self.recall(format) {
             return Ok(Some(Constraint { matcher: Matcher::new(Ok(parser)), eos: self.eos }));
         }
+        let Some(grammar) = format.grammar() else { return Ok(None) };
         let parser = self.factory.create_parser(grammar).map_err(|e| ConstraintError::Format(e.to_string()))?;
         let fresh = parser.deep_clone();
         let matcher = Matcher::new(Ok(parser));
