@@ -3,12 +3,13 @@
 //! one (keys before the window are never read).
 //!
 //! A task takes a block of the step's tokens and the query heads of one KV head (or one query
-//! head, when there are too few tasks to keep the threads busy, as in decode). Each key and
-//! value row is converted from f16 once per task and used by all the task's queries: the
-//! scores of every (token, head) row, a softmax per row, then the value rows weighted into
-//! the outputs. A prefill's task runs these as matrix products in register tiles (`tiled`);
-//! decode's few rows go a row at a time (`by_rows`). A row's sums are all its task's, in key
-//! order, so results do not depend on the thread count.
+//! head, when there are too few tasks to keep the threads busy, as in decode): the scores of
+//! every (token, head) row, a softmax per row, then the value rows weighted into the outputs.
+//! A prefill's tasks run these as integer matrix products in register tiles (`tiled`), over
+//! keys and values converted once per step to 16-bit integers with a scale per row (`IntKv`);
+//! decode's few rows go a row at a time in f32 (`by_rows`), each key and value row widened
+//! from f16 once per task. A row's sums are all its task's, in key order, so results do not
+//! depend on the thread count.
 
 use super::kv::KvPages;
 use super::simd::Simd;
@@ -41,6 +42,8 @@ pub fn attention<S: Simd>(threads: &Threads, shape: &AttentionShape, mask: Atten
     // Whole groups share each converted row; single heads spread a short step over the threads.
     let heads_per_task = if blocks * hkv >= 2 * threads.count() { group } else { 1 };
     let head_sets = h / heads_per_task;
+    // Converted only when some task has a tile's rows (the first block is the largest).
+    let int_kv = (per_block.min(t) * heads_per_task >= TILE_MIN_ROWS).then(|| IntKv::new::<S>(threads, kv, layer, pages, hkv, d, mask.first_key(start_pos), start_pos + t));
     let out = Disjoint::new(out);
     // Task (block, head set) writes rows (token in block, head in set) of `out`: disjoint.
     threads.run(blocks * head_sets, |task| {
@@ -57,8 +60,8 @@ pub fn attention<S: Simd>(threads: &Threads, shape: &AttentionShape, mask: Atten
             // Row (ti, hi) is this task's alone.
             out.range((ti * h + hi) * d, d)
         };
-        if task.rows.len() >= TILE_MIN_ROWS {
-            tiled::<S>(&task, q, out_row);
+        if let Some(int_kv) = int_kv.as_ref().filter(|_| task.rows.len() >= TILE_MIN_ROWS) {
+            tiled::<S>(&task, int_kv, q, out_row);
         } else {
             by_rows::<S>(&task, q, |r, _, sum, acc| {
                 let inv = 1.0 / sum;
@@ -114,7 +117,7 @@ fn few_rows<S: Simd>(threads: &Threads, shape: &AttentionShape, mask: AttentionM
         for r in 0..rows {
             let (ti, hi) = (r / group, kv_head * group + r % group);
             let part = |c: usize| &partials[((kv_head * chunks + c) * rows + r) * stride..][..stride];
-            let max = (0..chunks).map(|c| part(c)[0]).fold(f32::NEG_INFINITY, f32::max);
+            let max = (0..chunks).map(|c| part(c)[0]).fold(f32::NEG_INFINITY, larger);
             let o = &mut out[(ti * h + hi) * d..][..d];
             o.fill(0.0);
             let mut sum = 0.0;
@@ -168,8 +171,8 @@ impl Task<'_> {
 
 #[cfg(not(target_arch = "wasm32"))]
 mod tile {
-    /// Keys and row vectors of a score tile; rows and value vectors of a weighted-sum tile:
-    /// eight accumulators (of 16 AVX2 or 32 NEON registers).
+    /// Keys and 8-row vectors of a score tile; rows and 8-lane value vectors of a weighted-sum
+    /// tile: eight accumulators (of 16 AVX2 or 32 NEON registers).
     pub const QK: (usize, usize) = (4, 2);
     pub const PV: (usize, usize) = (4, 2);
 }
@@ -180,33 +183,162 @@ mod tile {
     pub const PV: (usize, usize) = (4, 1);
 }
 
-/// Lanes of the SIMD layer's accumulator (`Simd::F`): rows per score vector, dimensions per
-/// value vector.
+/// Lanes of the SIMD layer's accumulators: rows per score vector, dimensions per value vector.
 const LANES: usize = 8;
 
-/// Keys per block: a block's widened rows, scores and weights stay in L1. Blocks end at
-/// multiples of it (absolute positions), so a row's sums do not depend on which other rows
-/// share its task: a step split differently (a warm request's suffix, a cold prompt) gives
-/// each row the same bits.
+/// Keys per block: a block's scores and weights stay in L1. Blocks end at multiples of it
+/// (absolute positions), so a row's sums do not depend on which other rows share its task: a
+/// step split differently (a warm request's suffix, a cold prompt) gives each row the same bits.
 const KEY_BLOCK: usize = 64;
 
-/// The task as matrix products in register tiles, `LANES` rows to a vector, over blocks of
-/// keys with a running maximum (online softmax): the queries are transposed once (scaled), so
-/// a score tile is keys × row vectors with each key value broadcast and no horizontal sums;
-/// a block's scores are kept keys × rows, so the max, exp and sum run across rows as vectors;
-/// the weighted sum is rows × value vectors, rescaled when a row's maximum grows.
-fn tiled<'o, S: Simd>(task: &Task, q: &[f32], out_row: impl Fn(usize) -> &'o mut [f32]) {
-    let (d, lo, end) = (task.d, task.lo, task.lo + task.span);
-    let n_rows = task.rows.len();
-    let dp = d.div_ceil(LANES) * LANES;
-    let rp = n_rows.div_ceil(LANES) * LANES;
-    let (qk_keys, _) = tile::QK;
+/// Largest magnitude of a value row's integers (each row scaled to it), and the bound on the
+/// sum of a block's weight integers for one row: Σ weight · value, with each weight rounded (64
+/// keys, half a unit each), fits an i32. Between the two a row's error is least for the
+/// near-flat weights where it matters (the errors of weights add, those of values average).
+const VALUE_RANGE: f32 = 16_383.0;
+const WEIGHT_SUM: f32 = 131_000.0;
 
-    // qt (dp, rp): the queries transposed and scaled; padding rows and dimensions are zero.
-    let mut qt = vec![0f32; dp * rp];
+/// Largest magnitude of query and key integers, and the pairs of dimensions a score tile sums
+/// in i32 before it adds them to its f32 sums: 16 products, each at most the range squared.
+const QK_RANGE: f32 = 11_585.0;
+const QK_PAIRS_PER_SUM: usize = 8;
+
+/// `row` as integers of magnitude at most `range` (rounded to nearest) into `out`, its padding
+/// zero; gives the scale that turns them back.
+#[inline(always)]
+fn to_ints<S: Simd>(row: &[f32], range: f32, out: &mut [i16]) -> f32 {
+    let whole = row.len() / LANES * LANES;
+    let chunks = || row[..whole].chunks_exact(LANES).filter_map(|c| c.try_into().ok());
+    let max = chunks().fold(S::zero(), |m, c| S::abs_max(m, S::loadf(c)));
+    let max = row[whole..].iter().fold(S::hmax(max), |m, x| larger(m, x.abs()));
+    out.fill(0);
+    if max == 0.0 {
+        return 0.0;
+    }
+    let inv = range / max;
+    for (c, o) in chunks().zip(out.chunks_exact_mut(LANES)) {
+        o.copy_from_slice(&S::to_i16(S::loadf(c), S::splat(inv)));
+    }
+    for (o, x) in out[whole..].iter_mut().zip(&row[whole..]) {
+        *o = (x * inv).round_ties_even() as i16;
+    }
+    max / range
+}
+
+/// One layer's keys and values over the step's key range, per KV head, as 16-bit integers
+/// with a scale per row: converted once for every task of the step, so the products run on
+/// integer dot instructions (twice the multiply-adds per instruction of f32 on 128-bit SIMD).
+/// Values are stored in pairs of positions (even, odd: absolute), interleaved by dimension, so
+/// a weighted sum takes two keys per product.
+struct IntKv {
+    /// First position held (even); positions before the range or past the step are zeros.
+    lo: usize,
+    /// Positions held (even).
+    n: usize,
+    /// Dimensions per row: the head's, padded to 16.
+    dp: usize,
+    /// (KV head, position, dp).
+    keys: Vec<i16>,
+    key_scale: Vec<f32>,
+    /// (KV head, pair, 2·dp): element 2c + i is dimension c of the pair's position i.
+    values: Vec<i16>,
+    value_scale: Vec<f32>,
+}
+
+/// Positions per conversion task.
+const CONVERT_CHUNK: usize = 128;
+
+impl IntKv {
+    /// Positions `first..end` of `layer`, converted on the threads.
+    #[allow(clippy::too_many_arguments)]
+    fn new<S: Simd>(threads: &Threads, kv: &KvPages, layer: usize, pages: &[u32], kv_heads: usize, d: usize, first: usize, end: usize) -> Self {
+        let lo = first / 2 * 2;
+        // Zero positions past the step: a score tile may read keys past a block.
+        let n = (end + tile::QK.0 - 1 - lo).div_ceil(2) * 2;
+        let dp = d.div_ceil(16) * 16;
+        let mut keys = vec![0i16; kv_heads * n * dp];
+        let mut key_scale = vec![0f32; kv_heads * n];
+        let mut values = vec![0i16; kv_heads * n * dp];
+        let mut value_scale = vec![0f32; kv_heads * n];
+        let chunks = n.div_ceil(CONVERT_CHUNK);
+        {
+            let (k, ks, v, vs) = (Disjoint::new(&mut keys), Disjoint::new(&mut key_scale), Disjoint::new(&mut values), Disjoint::new(&mut value_scale));
+            // Task (KV head, chunk) writes its own positions' rows: disjoint.
+            threads.run(kv_heads * chunks, |task| {
+                let (head, c) = (task / chunks, task % chunks);
+                let positions = c * CONVERT_CHUNK..((c + 1) * CONVERT_CHUNK).min(n);
+                let at = head * n + positions.start;
+                let (keys, key_scale) = (k.range(at * dp, positions.len() * dp), ks.range(at, positions.len()));
+                let (values, value_scale) = (v.range(at * dp, positions.len() * dp), vs.range(at, positions.len()));
+                let mut row = vec![0f32; d];
+                let mut ints = [vec![0i16; dp], vec![0i16; dp]];
+                // Positions past the step or before the range stay zero.
+                let held = |p: usize| p >= first && p < end;
+                for (i, p) in positions.clone().map(|i| (i - positions.start, lo + i)).filter(|&(_, p)| held(p)) {
+                    let slot = kv.slot(pages, p) + head * d;
+                    widen::<S>(&kv.k[layer][slot..][..d], &mut row);
+                    key_scale[i] = to_ints::<S>(&row, QK_RANGE, &mut keys[i * dp..(i + 1) * dp]);
+                }
+                for (j, pair) in values.chunks_exact_mut(2 * dp).enumerate() {
+                    for (half, ints) in ints.iter_mut().enumerate() {
+                        let (i, p) = (2 * j + half, lo + positions.start + 2 * j + half);
+                        if held(p) {
+                            widen::<S>(&kv.v[layer][kv.slot(pages, p) + head * d..][..d], &mut row);
+                            value_scale[i] = to_ints::<S>(&row, VALUE_RANGE, ints);
+                        } else {
+                            ints.fill(0);
+                        }
+                    }
+                    interleave::<S>(&ints[0], &ints[1], pair);
+                }
+            });
+        }
+        IntKv { lo, n, dp, keys, key_scale, values, value_scale }
+    }
+    #[inline(always)]
+    fn key(&self, head: usize, p: usize) -> &[i16] {
+        &self.keys[(head * self.n + p - self.lo) * self.dp..][..self.dp]
+    }
+    #[inline(always)]
+    fn key_scale(&self, head: usize, p: usize) -> f32 {
+        self.key_scale[head * self.n + p - self.lo]
+    }
+    #[inline(always)]
+    fn value_scale(&self, head: usize, p: usize) -> f32 {
+        self.value_scale[head * self.n + p - self.lo]
+    }
+    /// The value pair holding positions 2j and 2j + 1 (j absolute).
+    #[inline(always)]
+    fn value_pair(&self, head: usize, j: usize) -> &[i16] {
+        &self.values[((head * self.n + 2 * j - self.lo) / 2) * 2 * self.dp..][..2 * self.dp]
+    }
+}
+
+/// The task as integer matrix products in register tiles over blocks of keys with a running
+/// maximum (online softmax). Scores: queries (scaled by the mask's scale) and keys as integers
+/// with a scale per row, dotted in i32. A block's scores are kept keys × rows, so the max, exp
+/// and sum run across rows as vectors. Weighted sum: each weight times its value row's scale,
+/// as integers with a scale per row and block, two keys per product; each block's i32 sums
+/// join the f32 outputs, rescaled when a row's maximum grows.
+fn tiled<'o, S: Simd>(task: &Task, kv: &IntKv, q: &[f32], out_row: impl Fn(usize) -> &'o mut [f32]) {
+    let (d, dp, head, lo, end) = (task.d, kv.dp, task.kv_head, task.lo, task.lo + task.span);
+    let n_rows = task.rows.len();
+    let rp = n_rows.div_ceil(LANES) * LANES;
+
+    // qt (dp / 2, rp, 2): the queries as integers, transposed by pairs of dimensions, so a
+    // score tile is keys × row vectors with each key's pair broadcast and no horizontal sums;
+    // padding rows and dimensions are zero.
+    let mut qt = vec![0i16; rp * dp];
+    let mut q_scale = vec![0f32; rp];
+    let mut scaled = vec![0f32; d];
+    let mut ints = vec![0i16; dp];
     for r in 0..n_rows {
-        for (dd, x) in task.q_row(q, r).iter().enumerate() {
-            qt[dd * rp + r] = x * task.mask.scale;
+        for (s, x) in scaled.iter_mut().zip(task.q_row(q, r)) {
+            *s = x * task.mask.scale;
+        }
+        q_scale[r] = to_ints::<S>(&scaled, QK_RANGE, &mut ints);
+        for (c, pair) in ints.chunks_exact(2).enumerate() {
+            qt[(c * rp + r) * 2..(c * rp + r) * 2 + 2].copy_from_slice(pair);
         }
     }
     // Keys every row sees; scores of others are masked to -inf (exp gives 0).
@@ -215,25 +347,21 @@ fn tiled<'o, S: Simd>(task: &Task, q: &[f32], out_row: impl Fn(usize) -> &'o mut
     let mut sums = vec![0f32; rp];
     // acc (rp, dp): Σ weight · value row, scaled to the running maximum.
     let mut acc = vec![0f32; rp * dp];
-    let mut scores = vec![0f32; KEY_BLOCK * rp];
-    // A block's widened keys, then its values (padding rows and dimensions zero).
-    let mut block = vec![0f32; KEY_BLOCK * dp];
+    // A block's scores, then weights (a tile may write one key row past the block).
+    let mut scores = vec![0f32; (KEY_BLOCK + tile::QK.0) * rp];
+    // A block's weights as integers, pairs of keys interleaved (pair, row, 2), and each row's
+    // scale for them and its inverse.
+    let mut wi = vec![0i16; (KEY_BLOCK / 2 + 1) * rp * 2];
+    let mut w_scale = vec![0f32; rp];
+    let mut w_inv = vec![0f32; rp];
+    let zeros = vec![0f32; rp];
+    let mut w_max = vec![0f32; rp];
     let mut rescale = vec![1f32; rp];
     let mut shift = vec![0f32; rp];
     let mut b0 = lo;
     while b0 < end {
         let n = (b0 / KEY_BLOCK * KEY_BLOCK + KEY_BLOCK).min(end) - b0;
-        let n_tiled = n.div_ceil(qk_keys) * qk_keys;
-        for (i, key) in block.chunks_exact_mut(dp).take(n_tiled).enumerate() {
-            if i < n {
-                widen::<S>(task.kv_row(&task.kv.k, b0 + i), &mut key[..d]);
-            } else {
-                key.fill(0.0);
-            }
-        }
-        for k0 in (0..n_tiled).step_by(qk_keys) {
-            score_tiles::<S>(&qt, rp, &block[k0 * dp..(k0 + qk_keys) * dp], dp, &mut scores[k0 * rp..(k0 + qk_keys) * rp]);
-        }
+        score_tiles::<S>(&qt, &q_scale, rp, kv, head, b0, n, &mut scores);
         shift.copy_from_slice(&max);
         for (i, row) in scores.chunks_exact_mut(rp).take(n).enumerate() {
             let p = b0 + i;
@@ -245,7 +373,7 @@ fn tiled<'o, S: Simd>(task: &Task, q: &[f32], out_row: impl Fn(usize) -> &'o mut
                 }
             }
             for (m, s) in shift.iter_mut().zip(row.iter()) {
-                *m = m.max(*s);
+                *m = larger(*m, *s);
             }
         }
         // `shift` holds each row's new maximum, and becomes what its scores are shifted by: a
@@ -262,16 +390,37 @@ fn tiled<'o, S: Simd>(task: &Task, q: &[f32], out_row: impl Fn(usize) -> &'o mut
                 acc[r * dp..(r + 1) * dp].iter_mut().for_each(|a| *a *= scale);
             }
         }
-        for row in scores.chunks_exact_mut(rp).take(n) {
-            for ((s, shift), sum) in row.iter_mut().zip(&shift).zip(sums.iter_mut()) {
-                *s = exp(*s - shift);
-                *sum += *s;
+        // Weights, their sums, and the weights times their value row's scale (what the
+        // integers hold), with each row's largest and total of those.
+        w_max.fill(0.0);
+        w_scale.fill(0.0);
+        for (i, row) in scores.chunks_exact_mut(rp).take(n).enumerate() {
+            let vs = kv.value_scale(head, b0 + i);
+            for (((s, shift), sum), (m, total)) in row.iter_mut().zip(&shift).zip(sums.iter_mut()).zip(w_max.iter_mut().zip(w_scale.iter_mut())) {
+                let w = exp(*s - shift);
+                *sum += w;
+                *s = w * vs;
+                *m = larger(*m, *s);
+                *total += *s;
             }
         }
-        for (i, value) in block.chunks_exact_mut(dp).take(n).enumerate() {
-            widen::<S>(task.kv_row(&task.kv.v, b0 + i), &mut value[..d]);
+        for ((scale, inv), &m) in w_scale.iter_mut().zip(w_inv.iter_mut()).zip(&w_max) {
+            *scale = larger(m / VALUE_RANGE, *scale / WEIGHT_SUM);
+            *inv = if *scale > 0.0 { 1.0 / *scale } else { 0.0 };
         }
-        weight_tiles::<S>(&scores[..n * rp], rp, &block[..n * dp], dp, &mut acc);
+        // Pairs of absolute positions; a pair's key outside the block weighs 0.
+        let (first_pair, pairs) = (b0 / 2, (b0 + n).div_ceil(2) - b0 / 2);
+        let weights = |p: usize| if (b0..b0 + n).contains(&p) { &scores[(p - b0) * rp..(p - b0 + 1) * rp] } else { &zeros[..] };
+        for (j, w) in wi.chunks_exact_mut(2 * rp).take(pairs).enumerate() {
+            let p = 2 * (first_pair + j);
+            let (even, odd) = (weights(p), weights(p + 1));
+            for (((e, o), inv), w) in even.chunks_exact(LANES).zip(odd.chunks_exact(LANES)).zip(w_inv.chunks_exact(LANES)).zip(w.chunks_exact_mut(2 * LANES)) {
+                let (Ok(e), Ok(o), Ok(inv), Ok(w)) = (e.try_into(), o.try_into(), inv.try_into(), w.try_into()) else { continue };
+                let inv = S::loadf(inv);
+                S::interleave(S::to_i16(S::loadf(e), inv), S::to_i16(S::loadf(o), inv), w);
+            }
+        }
+        weight_tiles::<S>(&wi[..pairs * rp * 2], &w_scale, rp, kv, head, first_pair, &mut acc);
         b0 += n;
     }
     for (r, sum) in sums.iter().enumerate().take(n_rows) {
@@ -282,82 +431,100 @@ fn tiled<'o, S: Simd>(task: &Task, q: &[f32], out_row: impl Fn(usize) -> &'o mut
     }
 }
 
-/// Scores of `keys.len() / dp` keys (rows of `keys`) against every row of `qt` (dp, rp),
-/// into `out` (keys, rp).
+/// Scores of keys `b0..b0 + n` against every row of `qt` (dp / 2, rp, 2), into `out`
+/// (keys, rp), whole tiles of keys (the last may take keys past the block).
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn score_tiles<S: Simd>(qt: &[f32], rp: usize, keys: &[f32], dp: usize, out: &mut [f32]) {
+fn score_tiles<S: Simd>(qt: &[i16], q_scale: &[f32], rp: usize, kv: &IntKv, head: usize, b0: usize, n: usize, out: &mut [f32]) {
     const M: usize = tile::QK.0;
-    let mut v = 0;
-    while v + tile::QK.1 <= rp / LANES {
-        score_tile::<S, M, { tile::QK.1 }>(qt, rp, v, keys, dp, out);
-        v += tile::QK.1;
-    }
-    while v < rp / LANES {
-        score_tile::<S, M, 1>(qt, rp, v, keys, dp, out);
-        v += 1;
-    }
-}
-
-#[inline(always)]
-fn score_tile<S: Simd, const M: usize, const N: usize>(qt: &[f32], rp: usize, v: usize, keys: &[f32], dp: usize, out: &mut [f32]) {
-    let mut acc = [[S::zero(); N]; M];
-    let keys: [&[f32]; M] = std::array::from_fn(|i| &keys[i * dp..(i + 1) * dp]);
-    for (dd, qrow) in qt.chunks_exact(rp).enumerate().take(dp) {
-        let qrow = &qrow[v * LANES..(v + N) * LANES];
-        let qv: [S::F; N] = std::array::from_fn(|j| qrow[j * LANES..(j + 1) * LANES].try_into().map_or(S::zero(), S::loadf));
-        for (acc, key) in acc.iter_mut().zip(keys) {
-            let k = S::splat(key[dd]);
-            for (a, qv) in acc.iter_mut().zip(qv) {
-                *a = S::fmadd(*a, k, qv);
-            }
+    for k0 in (0..n).step_by(M) {
+        let keys: [&[i16]; M] = std::array::from_fn(|i| kv.key(head, b0 + k0 + i));
+        let key_scale: [f32; M] = std::array::from_fn(|i| kv.key_scale(head, b0 + k0 + i));
+        let out = &mut out[k0 * rp..(k0 + M) * rp];
+        let mut v = 0;
+        while v + tile::QK.1 <= rp / LANES {
+            score_tile::<S, M, { tile::QK.1 }>(qt, q_scale, rp, v, keys, key_scale, out);
+            v += tile::QK.1;
         }
-    }
-    for (i, acc) in acc.iter().enumerate() {
-        for (j, a) in acc.iter().enumerate() {
-            if let Ok(o) = (&mut out[i * rp + (v + j) * LANES..][..LANES]).try_into() {
-                S::storef(*a, o);
-            }
-        }
-    }
-}
-
-/// `acc` (rp, dp) += wᵀ · values for the weights `w` (keys, rp) of the value rows `values`
-/// (keys, dp).
-#[inline(always)]
-fn weight_tiles<S: Simd>(w: &[f32], rp: usize, values: &[f32], dp: usize, acc: &mut [f32]) {
-    const M: usize = tile::PV.0;
-    for r in (0..rp).step_by(M) {
-        let mut c = 0;
-        while c + tile::PV.1 * LANES <= dp {
-            weight_tile::<S, M, { tile::PV.1 }>(w, rp, r, values, dp, c, acc);
-            c += tile::PV.1 * LANES;
-        }
-        while c < dp {
-            weight_tile::<S, M, 1>(w, rp, r, values, dp, c, acc);
-            c += LANES;
+        while v < rp / LANES {
+            score_tile::<S, M, 1>(qt, q_scale, rp, v, keys, key_scale, out);
+            v += 1;
         }
     }
 }
 
 #[inline(always)]
-fn weight_tile<S: Simd, const M: usize, const N: usize>(w: &[f32], rp: usize, r: usize, values: &[f32], dp: usize, c: usize, acc: &mut [f32]) {
-    let at = |i: usize, j: usize| (r + i) * dp + c + j * LANES;
-    let mut a: [[S::F; N]; M] = std::array::from_fn(|i| std::array::from_fn(|j| acc[at(i, j)..at(i, j) + LANES].try_into().map_or(S::zero(), S::loadf)));
-    for (wk, value) in w.chunks_exact(rp).zip(values.chunks_exact(dp)) {
-        let value = &value[c..c + N * LANES];
-        let vv: [S::F; N] = std::array::from_fn(|j| value[j * LANES..(j + 1) * LANES].try_into().map_or(S::zero(), S::loadf));
-        let wk = &wk[r..r + M];
-        for (a, &wi) in a.iter_mut().zip(wk) {
-            let wi = S::splat(wi);
-            for (a, vv) in a.iter_mut().zip(vv) {
-                *a = S::fmadd(*a, wi, vv);
+fn score_tile<S: Simd, const M: usize, const N: usize>(qt: &[i16], q_scale: &[f32], rp: usize, v: usize, keys: [&[i16]; M], key_scale: [f32; M], out: &mut [f32]) {
+    let q_scale: [S::F; N] = std::array::from_fn(|j| q_scale[(v + j) * LANES..(v + j + 1) * LANES].try_into().map_or(S::zero(), S::loadf));
+    // Sums in f32, scaled by the rows' scales, of i32 sums over a few pairs of dimensions.
+    let mut sums = [[S::zero(); N]; M];
+    for (g, group) in qt.chunks(2 * rp * QK_PAIRS_PER_SUM).enumerate() {
+        let mut acc = [[S::zeroi(); N]; M];
+        for (c, rows) in group.chunks_exact(2 * rp).enumerate().map(|(c, rows)| (g * QK_PAIRS_PER_SUM + c, rows)) {
+            let rows = &rows[2 * v * LANES..2 * (v + N) * LANES];
+            let qv: [Option<&[i16; 16]>; N] = std::array::from_fn(|j| rows[16 * j..16 * (j + 1)].try_into().ok());
+            for (acc, key) in acc.iter_mut().zip(keys) {
+                let pair = [key[2 * c], key[2 * c + 1]];
+                for (a, qv) in acc.iter_mut().zip(qv) {
+                    if let Some(qv) = qv {
+                        *a = S::dot_pair_splat(*a, pair, qv);
+                    }
+                }
+            }
+        }
+        for (sums, acc) in sums.iter_mut().zip(&acc) {
+            for ((s, a), qs) in sums.iter_mut().zip(acc).zip(q_scale) {
+                *s = S::fmadd(*s, S::to_f32(*a), qs);
             }
         }
     }
-    for (i, a) in a.iter().enumerate() {
-        for (j, a) in a.iter().enumerate() {
-            if let Ok(o) = (&mut acc[at(i, j)..at(i, j) + LANES]).try_into() {
-                S::storef(*a, o);
+    for (i, sums) in sums.iter().enumerate() {
+        let ks = S::splat(key_scale[i]);
+        for (j, s) in sums.iter().enumerate() {
+            let at = i * rp + (v + j) * LANES;
+            if let Ok(o) = <&mut [f32; 8]>::try_from(&mut out[at..at + LANES]) {
+                S::storef(S::fmadd(S::zero(), *s, ks), o);
+            }
+        }
+    }
+}
+
+/// `acc` (rp, dp) += Σ over the value pairs from `first_pair` of the weight pairs `wi`
+/// (pair, rp, 2) times the pair's values, each row's sum times its `w_scale`.
+#[inline(always)]
+fn weight_tiles<S: Simd>(wi: &[i16], w_scale: &[f32], rp: usize, kv: &IntKv, head: usize, first_pair: usize, acc: &mut [f32]) {
+    let (rows, vectors) = tile::PV;
+    for r in (0..rp).step_by(rows) {
+        for c in (0..kv.dp).step_by(vectors * LANES) {
+            weight_tile::<S, { tile::PV.0 }, { tile::PV.1 }>(wi, w_scale, rp, kv, head, first_pair, r, c, acc);
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn weight_tile<S: Simd, const M: usize, const N: usize>(wi: &[i16], w_scale: &[f32], rp: usize, kv: &IntKv, head: usize, first_pair: usize, r: usize, c: usize, acc: &mut [f32]) {
+    let dp = kv.dp;
+    let mut sums = [[S::zeroi(); N]; M];
+    for (j, w) in wi.chunks_exact(2 * rp).enumerate() {
+        let pair = &kv.value_pair(head, first_pair + j)[2 * c..];
+        let vv: [Option<&[i16; 16]>; N] = std::array::from_fn(|v| pair.get(16 * v..16 * (v + 1)).and_then(|x| x.try_into().ok()));
+        for (s, w) in sums.iter_mut().zip(w[2 * r..2 * (r + M)].chunks_exact(2)) {
+            let w = [w[0], w[1]];
+            for (s, vv) in s.iter_mut().zip(vv) {
+                if let Some(vv) = vv {
+                    *s = S::dot_pair_splat(*s, w, vv);
+                }
+            }
+        }
+    }
+    for (i, s) in sums.iter().enumerate() {
+        let scale = S::splat(w_scale[r + i]);
+        for (v, s) in s.iter().enumerate() {
+            let at = (r + i) * dp + c + v * LANES;
+            if let Ok(o) = <&mut [f32; 8]>::try_from(&mut acc[at..at + LANES]) {
+                let sum = S::fmadd(S::loadf(o), S::to_f32(*s), scale);
+                S::storef(sum, o);
             }
         }
     }
@@ -400,7 +567,7 @@ fn by_rows<S: Simd>(task: &Task, q: &[f32], mut emit: impl FnMut(usize, f32, f32
     for (r, (sum, max)) in sums.iter_mut().zip(maxes.iter_mut()).enumerate() {
         let keys = task.keys(r);
         let s = &mut scores[r * span + keys.start - lo..r * span + keys.end - lo];
-        *max = s.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        *max = s.iter().copied().fold(f32::NEG_INFINITY, larger);
         s.iter_mut().for_each(|x| *x = exp(*x - *max));
         *sum = s.iter().sum();
     }
@@ -425,7 +592,7 @@ fn by_rows<S: Simd>(task: &Task, q: &[f32], mut emit: impl FnMut(usize, f32, f32
 #[inline(always)]
 fn exp(x: f32) -> f32 {
     let below = x < -87.3;
-    let x = x.max(-87.3);
+    let x = larger(x, -87.3);
     let n = (x * std::f32::consts::LOG2_E).round_ties_even();
     let r = x - n * 0.693_359_4 + n * 2.121_944_4e-4;
     let p = ((((1.987_569_1e-4 * r + 1.398_199_9e-3) * r + 8.333_345e-3) * r + 4.166_579_6e-2) * r + 0.166_666_65) * r + 0.500_000_01;
@@ -437,6 +604,28 @@ fn exp(x: f32) -> f32 {
         0.0
     } else {
         e
+    }
+}
+
+/// `a[0], b[0], a[1], b[1], ...` into `out` (twice their length, a multiple of 8).
+#[inline(always)]
+fn interleave<S: Simd>(a: &[i16], b: &[i16], out: &mut [i16]) {
+    for ((a, b), o) in a.chunks_exact(8).zip(b.chunks_exact(8)).zip(out.chunks_exact_mut(16)) {
+        if let (Ok(a), Ok(b), Ok(o)) = (a.try_into(), b.try_into(), o.try_into()) {
+            S::interleave(a, b, o);
+        }
+    }
+}
+
+/// The larger of `a` and `b` (no NaN reaches here), by a compare and select: `f32::max`'s NaN
+/// rule has no wasm instruction, so there it is a call to libm's `fmaxf` per element, and a
+/// loop of it does not vectorise.
+#[inline(always)]
+fn larger(a: f32, b: f32) -> f32 {
+    if a > b {
+        a
+    } else {
+        b
     }
 }
 

@@ -31,12 +31,14 @@ const MAX_CODE: f32 = 32767.0;
 /// Quantizes `x` (a multiple of 32 values) into `out` (one block per 32), rounding to nearest.
 pub fn quantize_q16(x: &[f32], out: &mut [Q16Block]) {
     for (block, o) in x.chunks_exact(32).zip(out) {
-        let amax = block.iter().fold(0f32, |m, v| m.max(v.abs()));
+        // Compare-and-select and ties-to-even rounding: wasm32 has instructions for these, where
+        // `f32::max` and `f32::round` are calls to libm per value.
+        let amax = block.iter().fold(0f32, |m, v| if v.abs() > m { v.abs() } else { m });
         let d = amax / MAX_CODE;
         let id = if d > 0.0 { 1.0 / d } else { 0.0 };
         let mut sum = 0i32;
         for (q, &v) in o.qs.iter_mut().zip(block) {
-            let code = (v * id).round().clamp(-MAX_CODE, MAX_CODE) as i32;
+            let code = (v * id).round_ties_even().clamp(-MAX_CODE, MAX_CODE) as i32;
             sum += code;
             *q = code as i16;
         }

@@ -59,6 +59,20 @@ pub trait Simd: Copy + Send + Sync + 'static {
     fn storef(v: Self::F, out: &mut [f32; 8]);
     /// `acc + a · b`, elementwise.
     fn fmadd(acc: Self::F, a: Self::F, b: Self::F) -> Self::F;
+
+    /// Attention's integer products: an i32 accumulator of 8 lanes.
+    type I: Copy;
+    fn zeroi() -> Self::I;
+    /// Lane j plus `w[0]·b[2j] + w[1]·b[2j+1]` (two weights over interleaved rows).
+    fn dot_pair_splat(acc: Self::I, w: [i16; 2], b: &[i16; 16]) -> Self::I;
+    fn to_f32(a: Self::I) -> Self::F;
+    /// Lane-wise `max(acc, |x|)`, and the largest lane.
+    fn abs_max(acc: Self::F, x: Self::F) -> Self::F;
+    fn hmax(a: Self::F) -> f32;
+    /// `x · inv`, rounded to nearest (ties to even), as i16 (within its range by the caller).
+    fn to_i16(x: Self::F, inv: Self::F) -> [i16; 8];
+    /// `a[0], b[0], a[1], b[1], ...`.
+    fn interleave(a: [i16; 8], b: [i16; 8], out: &mut [i16; 16]);
 }
 
 /// The plain twin: the same operations one lane at a time.
@@ -165,6 +179,38 @@ impl Simd for Scalar {
     #[inline(always)]
     fn fmadd(acc: Self::F, a: Self::F, b: Self::F) -> Self::F {
         std::array::from_fn(|j| acc[j] + a[j] * b[j])
+    }
+    type I = [i32; 8];
+    #[inline(always)]
+    fn zeroi() -> Self::I {
+        [0; 8]
+    }
+    #[inline(always)]
+    fn dot_pair_splat(acc: Self::I, w: [i16; 2], b: &[i16; 16]) -> Self::I {
+        std::array::from_fn(|j| acc[j] + w[0] as i32 * b[2 * j] as i32 + w[1] as i32 * b[2 * j + 1] as i32)
+    }
+    #[inline(always)]
+    fn to_f32(a: Self::I) -> Self::F {
+        a.map(|x| x as f32)
+    }
+    #[inline(always)]
+    fn abs_max(acc: Self::F, x: Self::F) -> Self::F {
+        std::array::from_fn(|j| acc[j].max(x[j].abs()))
+    }
+    #[inline(always)]
+    fn hmax(a: Self::F) -> f32 {
+        a.iter().fold(0f32, |m, &x| m.max(x))
+    }
+    #[inline(always)]
+    fn to_i16(x: Self::F, inv: Self::F) -> [i16; 8] {
+        std::array::from_fn(|j| (x[j] * inv[j]).round_ties_even() as i16)
+    }
+    #[inline(always)]
+    fn interleave(a: [i16; 8], b: [i16; 8], out: &mut [i16; 16]) {
+        for j in 0..8 {
+            out[2 * j] = a[j];
+            out[2 * j + 1] = b[j];
+        }
     }
 }
 
@@ -295,6 +341,50 @@ mod avx2 {
         #[inline(always)]
         fn fmadd(acc: Self::F, a: Self::F, b: Self::F) -> Self::F {
             unsafe { _mm256_fmadd_ps(a, b, acc) }
+        }
+        type I = __m256i;
+        #[inline(always)]
+        fn zeroi() -> Self::I {
+            unsafe { _mm256_setzero_si256() }
+        }
+        #[inline(always)]
+        fn dot_pair_splat(acc: Self::I, w: [i16; 2], b: &[i16; 16]) -> Self::I {
+            let pair = (w[0] as u16 as u32 | (w[1] as u16 as u32) << 16) as i32;
+            unsafe { _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_set1_epi32(pair), _mm256_loadu_si256(b.as_ptr().cast()))) }
+        }
+        #[inline(always)]
+        fn to_f32(a: Self::I) -> Self::F {
+            unsafe { _mm256_cvtepi32_ps(a) }
+        }
+        #[inline(always)]
+        fn abs_max(acc: Self::F, x: Self::F) -> Self::F {
+            unsafe { _mm256_max_ps(acc, _mm256_andnot_ps(_mm256_set1_ps(-0.0), x)) }
+        }
+        #[inline(always)]
+        fn hmax(a: Self::F) -> f32 {
+            unsafe {
+                let four = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+                let two = _mm_max_ps(four, _mm_movehl_ps(four, four));
+                _mm_cvtss_f32(_mm_max_ss(two, _mm_movehdup_ps(two)))
+            }
+        }
+        #[inline(always)]
+        fn to_i16(x: Self::F, inv: Self::F) -> [i16; 8] {
+            // cvtps rounds by the default mode: to nearest, ties to even.
+            unsafe {
+                let i = _mm256_cvtps_epi32(_mm256_mul_ps(x, inv));
+                let mut out = [0i16; 8];
+                _mm_storeu_si128(out.as_mut_ptr().cast(), _mm_packs_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1)));
+                out
+            }
+        }
+        #[inline(always)]
+        fn interleave(a: [i16; 8], b: [i16; 8], out: &mut [i16; 16]) {
+            unsafe {
+                let (a, b) = (_mm_loadu_si128(a.as_ptr().cast()), _mm_loadu_si128(b.as_ptr().cast()));
+                _mm_storeu_si128(out.as_mut_ptr().cast(), _mm_unpacklo_epi16(a, b));
+                _mm_storeu_si128(out.as_mut_ptr().add(8).cast(), _mm_unpackhi_epi16(a, b));
+            }
         }
     }
 }
@@ -447,6 +537,53 @@ mod wasm {
         #[inline(always)]
         fn fmadd(acc: Self::F, a: Self::F, b: Self::F) -> Self::F {
             (f32x4_add(acc.0, f32x4_mul(a.0, b.0)), f32x4_add(acc.1, f32x4_mul(a.1, b.1)))
+        }
+        type I = (v128, v128);
+        #[inline(always)]
+        fn zeroi() -> Self::I {
+            (i32x4_splat(0), i32x4_splat(0))
+        }
+        #[inline(always)]
+        fn dot_pair_splat(acc: Self::I, w: [i16; 2], b: &[i16; 16]) -> Self::I {
+            let pair = i32x4_splat((w[0] as u16 as u32 | (w[1] as u16 as u32) << 16) as i32);
+            unsafe {
+                let (b0, b1) = (v128_load(b.as_ptr().cast()), v128_load(b.as_ptr().add(8).cast()));
+                (i32x4_add(acc.0, i32x4_dot_i16x8(pair, b0)), i32x4_add(acc.1, i32x4_dot_i16x8(pair, b1)))
+            }
+        }
+        #[inline(always)]
+        fn to_f32(a: Self::I) -> Self::F {
+            (f32x4_convert_i32x4(a.0), f32x4_convert_i32x4(a.1))
+        }
+        #[inline(always)]
+        fn abs_max(acc: Self::F, x: Self::F) -> Self::F {
+            // pmax: no NaN handling (KV values and queries are finite).
+            (f32x4_pmax(acc.0, f32x4_abs(x.0)), f32x4_pmax(acc.1, f32x4_abs(x.1)))
+        }
+        #[inline(always)]
+        fn hmax(a: Self::F) -> f32 {
+            let m = f32x4_pmax(a.0, a.1);
+            f32x4_extract_lane::<0>(m).max(f32x4_extract_lane::<1>(m)).max(f32x4_extract_lane::<2>(m)).max(f32x4_extract_lane::<3>(m))
+        }
+        #[inline(always)]
+        fn to_i16(x: Self::F, inv: Self::F) -> [i16; 8] {
+            // Adding 1.5 · 2^23 rounds to an integer (to nearest, ties to even) in the low
+            // mantissa bits, for |x · inv| < 2^22: no float-to-int conversion, which engines
+            // expand into several instructions for its saturation.
+            let magic = f32x4_splat(12_582_912.0);
+            let round = |v: v128, inv: v128| i32x4_sub(f32x4_add(f32x4_mul(v, inv), magic), magic);
+            let i = i16x8_narrow_i32x4(round(x.0, inv.0), round(x.1, inv.1));
+            let mut out = [0i16; 8];
+            unsafe { v128_store(out.as_mut_ptr().cast(), i) };
+            out
+        }
+        #[inline(always)]
+        fn interleave(a: [i16; 8], b: [i16; 8], out: &mut [i16; 16]) {
+            unsafe {
+                let (a, b) = (v128_load(a.as_ptr().cast()), v128_load(b.as_ptr().cast()));
+                v128_store(out.as_mut_ptr().cast(), i16x8_shuffle::<0, 8, 1, 9, 2, 10, 3, 11>(a, b));
+                v128_store(out.as_mut_ptr().add(8).cast(), i16x8_shuffle::<4, 12, 5, 13, 6, 14, 7, 15>(a, b));
+            }
         }
     }
 }
@@ -609,6 +746,49 @@ mod neon {
         #[inline(always)]
         fn fmadd(acc: Self::F, a: Self::F, b: Self::F) -> Self::F {
             unsafe { (vfmaq_f32(acc.0, a.0, b.0), vfmaq_f32(acc.1, a.1, b.1)) }
+        }
+        type I = (int32x4_t, int32x4_t);
+        #[inline(always)]
+        fn zeroi() -> Self::I {
+            unsafe { (vdupq_n_s32(0), vdupq_n_s32(0)) }
+        }
+        #[inline(always)]
+        fn dot_pair_splat(acc: Self::I, w: [i16; 2], b: &[i16; 16]) -> Self::I {
+            unsafe {
+                let pairs = |x: int16x8_t, y: int16x8_t| vpaddq_s32(vmull_s16(vget_low_s16(x), vget_low_s16(y)), vmull_high_s16(x, y));
+                let w = vreinterpretq_s16_u32(vdupq_n_u32(w[0] as u16 as u32 | (w[1] as u16 as u32) << 16));
+                let (b0, b1) = (vld1q_s16(b.as_ptr()), vld1q_s16(b.as_ptr().add(8)));
+                (vaddq_s32(acc.0, pairs(w, b0)), vaddq_s32(acc.1, pairs(w, b1)))
+            }
+        }
+        #[inline(always)]
+        fn to_f32(a: Self::I) -> Self::F {
+            unsafe { (vcvtq_f32_s32(a.0), vcvtq_f32_s32(a.1)) }
+        }
+        #[inline(always)]
+        fn abs_max(acc: Self::F, x: Self::F) -> Self::F {
+            unsafe { (vmaxq_f32(acc.0, vabsq_f32(x.0)), vmaxq_f32(acc.1, vabsq_f32(x.1))) }
+        }
+        #[inline(always)]
+        fn hmax(a: Self::F) -> f32 {
+            unsafe { vmaxvq_f32(vmaxq_f32(a.0, a.1)) }
+        }
+        #[inline(always)]
+        fn to_i16(x: Self::F, inv: Self::F) -> [i16; 8] {
+            unsafe {
+                let i = vcombine_s16(vqmovn_s32(vcvtnq_s32_f32(vmulq_f32(x.0, inv.0))), vqmovn_s32(vcvtnq_s32_f32(vmulq_f32(x.1, inv.1))));
+                let mut out = [0i16; 8];
+                vst1q_s16(out.as_mut_ptr(), i);
+                out
+            }
+        }
+        #[inline(always)]
+        fn interleave(a: [i16; 8], b: [i16; 8], out: &mut [i16; 16]) {
+            unsafe {
+                let (a, b) = (vld1q_s16(a.as_ptr()), vld1q_s16(b.as_ptr()));
+                vst1q_s16(out.as_mut_ptr(), vzip1q_s16(a, b));
+                vst1q_s16(out.as_mut_ptr().add(8), vzip2q_s16(a, b));
+            }
         }
     }
 }
