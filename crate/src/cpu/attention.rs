@@ -163,10 +163,15 @@ impl Task<'_> {
         let (ti, hi) = self.rows[r];
         &q[(ti * self.h + hi) * self.d..][..self.d]
     }
-    /// Key (`kv.k`) or value (`kv.v`) row at position p, as f16 bits.
     fn kv_row<'k>(&self, of: &'k [Vec<u16>], p: usize) -> &'k [u16] {
-        &of[self.layer][self.kv.slot(self.pages, p) + self.kv_head * self.d..][..self.d]
+        kv_row(self.kv, of, self.layer, self.pages, self.kv_head, self.d, p)
     }
+}
+
+/// KV head `head`'s key (`of` = `kv.k`) or value (`kv.v`) row of `d` at position p in
+/// `layer`, as f16 bits.
+fn kv_row<'k>(kv: &KvPages, of: &'k [Vec<u16>], layer: usize, pages: &[u32], head: usize, d: usize, p: usize) -> &'k [u16] {
+    &of[layer][kv.slot(pages, p) + head * d..][..d]
 }
 
 #[cfg(not(target_arch = "wasm32"))]
@@ -275,15 +280,14 @@ impl IntKv {
                 // Positions past the step or before the range stay zero.
                 let held = |p: usize| p >= first && p < end;
                 for (i, p) in positions.clone().map(|i| (i - positions.start, lo + i)).filter(|&(_, p)| held(p)) {
-                    let slot = kv.slot(pages, p) + head * d;
-                    widen::<S>(&kv.k[layer][slot..][..d], &mut row);
+                    widen::<S>(kv_row(kv, &kv.k, layer, pages, head, d, p), &mut row);
                     key_scale[i] = to_ints::<S>(&row, QK_RANGE, &mut keys[i * dp..(i + 1) * dp]);
                 }
                 for (j, pair) in values.chunks_exact_mut(2 * dp).enumerate() {
                     for (half, ints) in ints.iter_mut().enumerate() {
                         let (i, p) = (2 * j + half, lo + positions.start + 2 * j + half);
                         if held(p) {
-                            widen::<S>(&kv.v[layer][kv.slot(pages, p) + head * d..][..d], &mut row);
+                            widen::<S>(kv_row(kv, &kv.v, layer, pages, head, d, p), &mut row);
                             value_scale[i] = to_ints::<S>(&row, VALUE_RANGE, ints);
                         } else {
                             ints.fill(0);
@@ -356,6 +360,7 @@ fn tiled<'o, S: Simd>(task: &Task, kv: &IntKv, q: &[f32], out_row: impl Fn(usize
     let mut w_inv = vec![0f32; rp];
     let zeros = vec![0f32; rp];
     let mut w_max = vec![0f32; rp];
+    let mut w_total = vec![0f32; rp];
     let mut rescale = vec![1f32; rp];
     let mut shift = vec![0f32; rp];
     let mut b0 = lo;
@@ -393,10 +398,10 @@ fn tiled<'o, S: Simd>(task: &Task, kv: &IntKv, q: &[f32], out_row: impl Fn(usize
         // Weights, their sums, and the weights times their value row's scale (what the
         // integers hold), with each row's largest and total of those.
         w_max.fill(0.0);
-        w_scale.fill(0.0);
+        w_total.fill(0.0);
         for (i, row) in scores.chunks_exact_mut(rp).take(n).enumerate() {
             let vs = kv.value_scale(head, b0 + i);
-            for (((s, shift), sum), (m, total)) in row.iter_mut().zip(&shift).zip(sums.iter_mut()).zip(w_max.iter_mut().zip(w_scale.iter_mut())) {
+            for (((s, shift), sum), (m, total)) in row.iter_mut().zip(&shift).zip(sums.iter_mut()).zip(w_max.iter_mut().zip(w_total.iter_mut())) {
                 let w = exp(*s - shift);
                 *sum += w;
                 *s = w * vs;
@@ -404,8 +409,8 @@ fn tiled<'o, S: Simd>(task: &Task, kv: &IntKv, q: &[f32], out_row: impl Fn(usize
                 *total += *s;
             }
         }
-        for ((scale, inv), &m) in w_scale.iter_mut().zip(w_inv.iter_mut()).zip(&w_max) {
-            *scale = larger(m / VALUE_RANGE, *scale / WEIGHT_SUM);
+        for (((scale, inv), &m), &total) in w_scale.iter_mut().zip(w_inv.iter_mut()).zip(&w_max).zip(&w_total) {
+            *scale = larger(m / VALUE_RANGE, total / WEIGHT_SUM);
             *inv = if *scale > 0.0 { 1.0 / *scale } else { 0.0 };
         }
         // Pairs of absolute positions; a pair's key outside the block weighs 0.
