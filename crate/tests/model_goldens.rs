@@ -122,9 +122,9 @@ fn check_goldens(backend: Backend, steps: usize) {
 }
 
 // All 32 of every case on the CPU; on the GPU (a software adapter in CI, half a second a step)
-// every prompt and its first 12 tokens, the long prompt's attention included.
+// every prompt and its first 6 tokens, the long prompt's attention included.
 on_each_backend!(goldens_match_llama_cpp, |backend: Backend| {
-    let steps = if matches!(backend, Backend::Gpu(_)) { 12 } else { 32 };
+    let steps = if matches!(backend, Backend::Gpu(_)) { 6 } else { 32 };
     check_goldens(backend.with_webgpu_limits(), steps)
 });
 
