@@ -12,6 +12,7 @@
 
 use half::f16;
 
+use super::math::larger;
 use super::simd::Simd;
 use crate::gguf::blocks::k_scale_min;
 use crate::gguf::GgmlType;
@@ -33,7 +34,7 @@ pub fn quantize_q16(x: &[f32], out: &mut [Q16Block]) {
     for (block, o) in x.chunks_exact(32).zip(out) {
         // Compare-and-select and ties-to-even rounding: wasm32 has instructions for these, where
         // `f32::max` and `f32::round` are calls to libm per value.
-        let amax = block.iter().fold(0f32, |m, v| if v.abs() > m { v.abs() } else { m });
+        let amax = block.iter().fold(0f32, |m, v| larger(v.abs(), m));
         let d = amax / MAX_CODE;
         let id = if d > 0.0 { 1.0 / d } else { 0.0 };
         let mut sum = 0i32;

@@ -11,6 +11,7 @@
 pub mod attention;
 pub mod dot;
 pub mod kv;
+pub mod math;
 pub mod matmul;
 pub mod simd;
 pub mod threads;
@@ -195,9 +196,7 @@ impl CpuBackend {
             product::<S>(th, &[&w.w_gate, &w.w_up], &s.h[..t * c], t, c, &mut s.q16, &mut s.gu[..t * 2 * f], 2 * f, false);
             for (gu, out) in s.gu[..t * 2 * f].chunks_exact(2 * f).zip(s.h[..t * f].chunks_exact_mut(f)) {
                 let (g, u) = gu.split_at(f);
-                for ((o, &g), &u) in out.iter_mut().zip(g).zip(u) {
-                    *o = cfg.ffn_act.apply(g) * u;
-                }
+                math::gated(cfg.ffn_act, g, u, out);
             }
             let post = w.post_norms.as_ref().map(|(_, ffn)| ffn);
             residual::<S>(th, &w.w_down, &s.h[..t * f], t, f, &mut s.q16, &mut s.x[..t * c], &mut s.post, post, cfg.rms_eps);

@@ -562,8 +562,10 @@ mod wasm {
         }
         #[inline(always)]
         fn hmax(a: Self::F) -> f32 {
+            // Lanes folded by shuffles and pmax: `f32::max` on the lanes is a libm call each.
             let m = f32x4_pmax(a.0, a.1);
-            f32x4_extract_lane::<0>(m).max(f32x4_extract_lane::<1>(m)).max(f32x4_extract_lane::<2>(m)).max(f32x4_extract_lane::<3>(m))
+            let m = f32x4_pmax(m, i32x4_shuffle::<2, 3, 0, 1>(m, m));
+            f32x4_extract_lane::<0>(f32x4_pmax(m, i32x4_shuffle::<1, 0, 3, 2>(m, m)))
         }
         #[inline(always)]
         fn to_i16(x: Self::F, inv: Self::F) -> [i16; 8] {
