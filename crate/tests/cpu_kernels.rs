@@ -10,7 +10,7 @@
 mod common;
 
 use common::{odd_k, randn, TYPES};
-use radixlm::cpu::attention::{attention, AttentionMask, AttentionShape};
+use radixlm::cpu::attention::{attention, AttentionMask, AttentionShape, IntKv};
 use radixlm::cpu::dot::{quantize_q16, takes_q16, Q16Block};
 use radixlm::cpu::kv::KvPages;
 use radixlm::cpu::matmul::{matmul, CpuWeight, Input};
@@ -183,7 +183,7 @@ fn attention_over_pages_matches_the_reference() {
         for threads in [1, 2] {
             let shape = AttentionShape { n_heads: h, n_kv_heads: hkv, head_dim: d };
             let mut got = vec![0f32; t * h * d];
-            attention::<Native>(&Threads::new(Some(threads), &Spawner::Os).unwrap(), &shape, mask, &kv, 0, &pages, start, &q, &mut got);
+            attention::<Native>(&Threads::new(Some(threads), &Spawner::Os).unwrap(), &shape, mask, &kv, &mut IntKv::default(), 0, &pages, start, &q, &mut got);
             // Decode's few rows run in f32; a step's tiles take integer products over queries,
             // keys, values and weights of 14 to 15 bits (random scores, as here, weigh keys
             // near-evenly: their rounding errors add up most).
@@ -191,7 +191,7 @@ fn attention_over_pages_matches_the_reference() {
             let e = norm_err(&got, &want);
             assert!(e < bound, "h={h} hkv={hkv} d={d} start={start} t={t} window={window:?} threads={threads}: {e}");
             let mut twin = vec![0f32; t * h * d];
-            attention::<Scalar>(&Threads::new(Some(threads), &Spawner::Os).unwrap(), &shape, mask, &kv, 0, &pages, start, &q, &mut twin);
+            attention::<Scalar>(&Threads::new(Some(threads), &Spawner::Os).unwrap(), &shape, mask, &kv, &mut IntKv::default(), 0, &pages, start, &q, &mut twin);
             assert!(norm_err(&twin, &want) < bound);
         }
     }
@@ -224,9 +224,9 @@ fn attention_tiles_hold_queries_keys_and_weights_at_their_bounds() {
         for threads in [1, 2] {
             let mut got = vec![0f32; t * h * d];
             // A sum that wrapped would be off by far more than the integers' rounding.
-            attention::<Scalar>(&Threads::new(Some(threads), &Spawner::Os).unwrap(), &shape, mask, &kv, 0, &pages, start, &q, &mut got);
+            attention::<Scalar>(&Threads::new(Some(threads), &Spawner::Os).unwrap(), &shape, mask, &kv, &mut IntKv::default(), 0, &pages, start, &q, &mut got);
             assert!(norm_err(&got, &want) < 3e-4, "d={d} threads={threads}: {}", norm_err(&got, &want));
-            attention::<Native>(&Threads::new(Some(threads), &Spawner::Os).unwrap(), &shape, mask, &kv, 0, &pages, start, &q, &mut got);
+            attention::<Native>(&Threads::new(Some(threads), &Spawner::Os).unwrap(), &shape, mask, &kv, &mut IntKv::default(), 0, &pages, start, &q, &mut got);
             assert!(norm_err(&got, &want) < 3e-4, "d={d} threads={threads}: {}", norm_err(&got, &want));
         }
     }
@@ -248,7 +248,7 @@ fn attention_rows_do_not_depend_on_the_step_split_or_threads() {
         let shape = AttentionShape { n_heads: h, n_kv_heads: hkv, head_dim: d };
         let run = |threads: usize, start: usize| {
             let mut out = vec![0f32; (t - start) * h * d];
-            attention::<Native>(&Threads::new(Some(threads), &Spawner::Os).unwrap(), &shape, mask, &kv, 0, &pages, start, &q[start * h * d..], &mut out);
+            attention::<Native>(&Threads::new(Some(threads), &Spawner::Os).unwrap(), &shape, mask, &kv, &mut IntKv::default(), 0, &pages, start, &q[start * h * d..], &mut out);
             out
         };
         let cold = run(2, 0);
@@ -256,6 +256,59 @@ fn attention_rows_do_not_depend_on_the_step_split_or_threads() {
         let warm = run(2, t - suffix);
         assert!(warm == cold[(t - suffix) * h * d..], "h={h} t={t} suffix={suffix} window={window:?}: the suffix's rows differ from the whole step's");
     }
+}
+
+/// The integer keys and values a layer keeps between steps give every step the bits a fresh
+/// conversion gives: over a long prompt's chunks, a second sequence sharing the first's pages,
+/// a shared page rewritten in place (as a spill restore does) or copied over, decode steps
+/// writing into a held page, and sliding windows moving past what is held.
+#[test]
+fn attention_integer_keys_kept_between_steps_match_a_fresh_conversion() {
+    let (h, hkv, d, ps) = (6, 2, 32, 16);
+    let shape = AttentionShape { n_heads: h, n_kv_heads: hkv, head_dim: d };
+    let mut rng = SplitMix64(77);
+    let mut kv = KvPages::new(1, hkv * d, ps, 64).unwrap();
+    let threads = Threads::new(Some(2), &Spawner::Os).unwrap();
+    // Sequence a on pages 40 down to 19; b shares a's first 10 pages, then its own.
+    let a: Vec<u32> = (0..22).map(|i| 40 - i).collect();
+    let b: Vec<u32> = a[..10].iter().copied().chain(41..53).collect();
+    let mut kept = IntKv::default();
+    let mut step = |kv: &mut KvPages, kept: &mut IntKv, pages: &[u32], start: usize, t: usize, window: Option<usize>| {
+        for p in start..start + t {
+            kv.write_token(0, pages, p, &randn(&mut rng, hkv * d), &randn(&mut rng, hkv * d));
+        }
+        let q = randn(&mut rng, t * h * d);
+        let mask = AttentionMask { window, scale: 1.0 / (d as f32).sqrt() };
+        let (mut got, mut want) = (vec![0f32; t * h * d], vec![0f32; t * h * d]);
+        attention::<Native>(&threads, &shape, mask, kv, kept, 0, pages, start, &q, &mut got);
+        attention::<Native>(&threads, &shape, mask, kv, &mut IntKv::default(), 0, pages, start, &q, &mut want);
+        assert!(got == want, "start={start} t={t} window={window:?}: kept keys differ from fresh ones");
+    };
+    for start in (0..300).step_by(60) {
+        step(&mut kv, &mut kept, &a, start, 60, None);
+    }
+    // Each chunk converted its own keys and those of the page its predecessor ended in (which
+    // the chunk wrote into), and b only its own past the shared pages.
+    let refilled: usize = (60..300).step_by(60).map(|start| start % ps).sum();
+    assert_eq!(kept.conversions(), (300 + refilled) as u64);
+    step(&mut kv, &mut kept, &b, 160, 90, None);
+    assert_eq!(kept.conversions(), (390 + refilled) as u64);
+    // Page 3 of both rewritten in place, then page 5 copied over from another.
+    kv.page_slice_mut(0, a[3]).iter_mut().for_each(|x| *x ^= 0x8000);
+    step(&mut kv, &mut kept, &b, 250, 20, None);
+    kv.copy_page(60, a[5]);
+    step(&mut kv, &mut kept, &a, 300, 30, None);
+    // Decode steps (one token: f32 rows) write into a held page; the next prefill sees them.
+    step(&mut kv, &mut kept, &a, 330, 1, None);
+    step(&mut kv, &mut kept, &a, 331, 1, None);
+    step(&mut kv, &mut kept, &a, 332, 20, None);
+    // A sliding window over a's pages: chunks move its first key past what is held.
+    for start in (0..340).step_by(37) {
+        step(&mut kv, &mut kept, &a, start, 37.min(340 - start), Some(50));
+    }
+    // A short sequence again from the start, then a full-attention step over b.
+    step(&mut kv, &mut kept, &a, 0, 40, Some(50));
+    step(&mut kv, &mut kept, &b, 270, 30, None);
 }
 
 #[test]

@@ -6,7 +6,8 @@
 //! more parts of the keys: the scores of every (token, head) row, a softmax per row, then the
 //! value rows weighted into the row's sums; the parts' softmaxes merge in key order. A
 //! prefill's tasks run these as integer matrix products in register tiles (`tiled`), over keys
-//! and values converted once per step to 16-bit integers with a scale per row (`IntKv`);
+//! and values held as 16-bit integers with a scale per row (`IntKv`, kept between steps: a step
+//! converts only positions whose pages changed);
 //! decode's few rows go a row at a time in f32 (`by_rows`), each key and value row widened
 //! from f16 once per task. Parts and blocks of keys sit at absolute positions, so results do
 //! not depend on the thread count or on how the step's tokens were split.
@@ -41,14 +42,15 @@ const KEY_PART: usize = 256;
 const DECODE_KEY_PART: usize = 128;
 
 /// `out` (T, H·D) = softmax(q·Kᵀ · scale) · V for each query head, over layer `layer`'s pages,
-/// `q` (T, H·D) rotated; keys outside a query's window (`mask`) are never read.
+/// `q` (T, H·D) rotated; keys outside a query's window (`mask`) are never read. `ints`: the
+/// layer's integer keys and values, brought up to date by a step that uses them.
 ///
 /// Rows (token, head) go in groups of a block of tokens × the query heads of one KV head, each
 /// converted key and value row read once for all of them. A group's keys are split into parts
 /// (`KEY_PART`); a task takes a group's parts in order, or, when groups are fewer than twice
 /// the threads, one part of one group, and the parts of a row are merged after.
 #[allow(clippy::too_many_arguments)]
-pub fn attention<S: Simd>(threads: &Threads, shape: &AttentionShape, mask: AttentionMask, kv: &KvPages, layer: usize, pages: &[u32], start_pos: usize, q: &[f32], out: &mut [f32]) {
+pub fn attention<S: Simd>(threads: &Threads, shape: &AttentionShape, mask: AttentionMask, kv: &KvPages, ints: &mut IntKv, layer: usize, pages: &[u32], start_pos: usize, q: &[f32], out: &mut [f32]) {
     let (h, hkv, d) = (shape.n_heads, shape.n_kv_heads, shape.head_dim);
     let t = q.len() / (h * d);
     let group = h / hkv;
@@ -62,7 +64,10 @@ pub fn attention<S: Simd>(threads: &Threads, shape: &AttentionShape, mask: Atten
     let tokens = |g: usize| (g / hkv) * per_block..((g / hkv + 1) * per_block).min(t);
     // Parts group g's rows see: its first token's first key to its last token.
     let parts = |g: usize| mask.first_key(start_pos + tokens(g).start) / part..(start_pos + tokens(g).end - 1) / part + 1;
-    let int_kv = (!decode).then(|| IntKv::new::<S>(threads, kv, layer, pages, hkv, d, mask.first_key(start_pos), start_pos + t));
+    if !decode {
+        ints.update::<S>(threads, kv, layer, pages, hkv, d, mask.first_key(start_pos), start_pos + t);
+    }
+    let int_kv = (!decode).then_some(&*ints);
     let task_of = |g: usize, parts: std::ops::Range<usize>| {
         let (tokens, heads) = (tokens(g), (g % hkv) * group..(g % hkv + 1) * group);
         let rows: Vec<(usize, usize)> = tokens.clone().flat_map(|ti| heads.clone().map(move |hi| (ti, hi))).collect();
@@ -75,7 +80,7 @@ pub fn attention<S: Simd>(threads: &Threads, shape: &AttentionShape, mask: Atten
         let lo = (p * part).max(task.lo);
         let end = ((p + 1) * part).min(task.lo + task.span);
         let task = Task { rows: task.rows.clone(), lo, span: end - lo, ..*task };
-        match int_kv.as_ref().filter(|_| task.rows.len() >= TILE_MIN_ROWS) {
+        match int_kv.filter(|_| task.rows.len() >= TILE_MIN_ROWS) {
             Some(int_kv) => tiled::<S>(&task, int_kv, q, emit),
             None => by_rows::<S>(&task, q, emit),
         }
@@ -190,15 +195,18 @@ impl Task<'_> {
         let (ti, hi) = self.rows[r];
         &q[(ti * self.h + hi) * self.d..][..self.d]
     }
-    fn kv_row<'k>(&self, of: &'k [Vec<u16>], p: usize) -> &'k [u16] {
-        kv_row(self.kv, of, self.layer, self.pages, self.kv_head, self.d, p)
+    fn key_row(&self, p: usize) -> &[u16] {
+        kv_row(self.kv, self.kv.keys(self.layer), self.pages, self.kv_head, self.d, p)
+    }
+    fn value_row(&self, p: usize) -> &[u16] {
+        kv_row(self.kv, self.kv.values(self.layer), self.pages, self.kv_head, self.d, p)
     }
 }
 
-/// KV head `head`'s key (`of` = `kv.k`) or value (`kv.v`) row of `d` at position p in
-/// `layer`, as f16 bits.
-fn kv_row<'k>(kv: &KvPages, of: &'k [Vec<u16>], layer: usize, pages: &[u32], head: usize, d: usize, p: usize) -> &'k [u16] {
-    &of[layer][kv.slot(pages, p) + head * d..][..d]
+/// KV head `head`'s key (`of`: a layer's `kv.keys`) or value (`kv.values`) row of `d` at
+/// position p, as f16 bits.
+fn kv_row<'k>(kv: &KvPages, of: &'k [u16], pages: &[u32], head: usize, d: usize, p: usize) -> &'k [u16] {
+    &of[kv.slot(pages, p) + head * d..][..d]
 }
 
 #[cfg(not(target_arch = "wasm32"))]
@@ -257,91 +265,180 @@ fn to_ints<S: Simd>(row: &[f32], range: f32, out: &mut [i16]) -> f32 {
     max / range
 }
 
-/// One layer's keys and values over the step's key range, per KV head, as 16-bit integers
-/// with a scale per row: converted once for every task of the step, so the products run on
-/// integer dot instructions (twice the multiply-adds per instruction of f32 on 128-bit SIMD).
-/// Values are stored in pairs of positions (even, odd: absolute), interleaved by dimension, so
-/// a weighted sum takes two keys per product.
-struct IntKv {
-    /// First position held (even); positions before the range or past the step are zeros.
+/// One layer's keys and values as 16-bit integers with a scale per row, so a step's products
+/// run on integer dot instructions (twice the multiply-adds per instruction of f32 on 128-bit
+/// SIMD). The backend keeps one per layer between steps: positions whose pages are unchanged
+/// since they were converted (the same page at the same place of the page table, at the same
+/// version) are not converted again, so a step over a cached prefix (tools, a conversation)
+/// or a long prompt's later chunks convert only their own new keys. Values are stored in pairs
+/// of positions (even, odd: absolute), interleaved by dimension, so a weighted sum takes two
+/// keys per product. Its buffers grow to the longest sequence a step has attended to: as many
+/// bytes again as that sequence's f16 keys and values.
+#[derive(Default)]
+pub struct IntKv {
+    /// First position held (even).
     lo: usize,
-    /// Positions held (even).
+    /// Positions the buffers hold from `lo`: the converted ones, then ones a score tile may
+    /// read past a step's last key (finite, never weighted).
     n: usize,
+    heads: usize,
     /// Dimensions per row: the head's, padded to 16.
     dp: usize,
-    /// (KV head, position, dp).
+    /// (position, KV head, dp).
     keys: Vec<i16>,
+    /// (position, KV head).
     key_scale: Vec<f32>,
-    /// (KV head, pair, 2·dp): element 2c + i is dimension c of the pair's position i.
+    /// (pair, KV head, 2·dp): element 2c + i is dimension c of the pair's position i.
     values: Vec<i16>,
+    /// (position, KV head).
     value_scale: Vec<f32>,
+    /// Page-table entries from `lo`'s on, each (page, its version when converted): positions
+    /// `lo..converted` hold those pages' values.
+    held: Vec<(u32, u64)>,
+    converted: usize,
+    /// Positions converted so far.
+    conversions: u64,
 }
 
-/// Positions per conversion task.
+/// Positions per conversion task (even).
 const CONVERT_CHUNK: usize = 128;
 
 impl IntKv {
-    /// Positions `first..end` of `layer`, converted on the threads.
+    /// Holds positions `first..end` of `layer`: converts, on the threads, those not held as
+    /// they are in the pages now.
     #[allow(clippy::too_many_arguments)]
-    fn new<S: Simd>(threads: &Threads, kv: &KvPages, layer: usize, pages: &[u32], kv_heads: usize, d: usize, first: usize, end: usize) -> Self {
-        let lo = first / 2 * 2;
-        // Zero positions past the step: a score tile may read keys past a block.
-        let n = (end + tile::QK.0 - 1 - lo).div_ceil(2) * 2;
+    fn update<S: Simd>(&mut self, threads: &Threads, kv: &KvPages, layer: usize, pages: &[u32], heads: usize, d: usize, first: usize, end: usize) {
         let dp = d.div_ceil(16) * 16;
-        let mut keys = vec![0i16; kv_heads * n * dp];
-        let mut key_scale = vec![0f32; kv_heads * n];
-        let mut values = vec![0i16; kv_heads * n * dp];
-        let mut value_scale = vec![0f32; kv_heads * n];
-        let chunks = n.div_ceil(CONVERT_CHUNK);
-        {
-            let (k, ks, v, vs) = (Disjoint::new(&mut keys), Disjoint::new(&mut key_scale), Disjoint::new(&mut values), Disjoint::new(&mut value_scale));
-            // Task (KV head, chunk) writes its own positions' rows: disjoint.
-            threads.run(kv_heads * chunks, |task| {
-                let (head, c) = (task / chunks, task % chunks);
-                let positions = c * CONVERT_CHUNK..((c + 1) * CONVERT_CHUNK).min(n);
-                let at = head * n + positions.start;
-                let (keys, key_scale) = (k.range(at * dp, positions.len() * dp), ks.range(at, positions.len()));
-                let (values, value_scale) = (v.range(at * dp, positions.len() * dp), vs.range(at, positions.len()));
-                let mut row = vec![0f32; d];
-                let mut ints = [vec![0i16; dp], vec![0i16; dp]];
-                // Positions past the step or before the range stay zero.
-                let held = |p: usize| p >= first && p < end;
-                for (i, p) in positions.clone().map(|i| (i - positions.start, lo + i)).filter(|&(_, p)| held(p)) {
-                    widen::<S>(kv_row(kv, &kv.k, layer, pages, head, d, p), &mut row);
-                    key_scale[i] = to_ints::<S>(&row, QK_RANGE, &mut keys[i * dp..(i + 1) * dp]);
-                }
-                for (j, pair) in values.chunks_exact_mut(2 * dp).enumerate() {
+        let ps = kv.page_size;
+        if (heads, dp) != (self.heads, self.dp) || first < self.lo {
+            (self.heads, self.dp) = (heads, dp);
+            self.restart(first / 2 * 2);
+        }
+        let mut valid = self.valid(kv, layer, pages);
+        // Positions before the window are never read: drop them once they are as many as the
+        // ones read, or where they are stale (a stale position must not pass as held later).
+        if valid < first || first - self.lo > end - first {
+            self.drop_before(first / 2 * 2, ps);
+            valid = self.valid(kv, layer, pages);
+        }
+        // Entries of the pages still held (wholly or in part), then the step's others.
+        let valid = valid.min(end);
+        self.held.truncate(if valid > self.lo { valid.div_ceil(ps) - self.lo / ps } else { 0 });
+        self.held.extend((self.lo / ps + self.held.len()..end.div_ceil(ps)).map(|i| (pages[i], kv.version(layer, pages[i]))));
+        // Whole pairs from the first position not held (lo is even); positions before the
+        // window from lo on are converted too, so every position held is what its page holds.
+        let from = valid / 2 * 2;
+        self.converted = end;
+        // Room for a score tile's keys past the last (zeros until converted).
+        let n = (end + tile::QK.0 - 1 - self.lo).div_ceil(2) * 2;
+        if n > self.n {
+            self.n = n;
+            self.keys.resize(n * heads * dp, 0);
+            self.key_scale.resize(n * heads, 0.0);
+            self.values.resize(n * heads * dp, 0);
+            self.value_scale.resize(n * heads, 0.0);
+        }
+        if from >= end {
+            return;
+        }
+        let (lo, count) = (self.lo, end.div_ceil(2) * 2 - from);
+        let at = from - lo;
+        self.conversions += count as u64;
+        let (k, ks) = (Disjoint::new(&mut self.keys[at * heads * dp..(at + count) * heads * dp]), Disjoint::new(&mut self.key_scale[at * heads..(at + count) * heads]));
+        let (v, vs) = (Disjoint::new(&mut self.values[at * heads * dp..(at + count) * heads * dp]), Disjoint::new(&mut self.value_scale[at * heads..(at + count) * heads]));
+        let (layer_keys, layer_values) = (kv.keys(layer), kv.values(layer));
+        // Task c converts its chunk of positions, every head's rows: disjoint.
+        threads.run(count.div_ceil(CONVERT_CHUNK), |c| {
+            let chunk = c * CONVERT_CHUNK..((c + 1) * CONVERT_CHUNK).min(count);
+            let (keys, key_scale) = (k.range(chunk.start * heads * dp, chunk.len() * heads * dp), ks.range(chunk.start * heads, chunk.len() * heads));
+            let (values, value_scale) = (v.range(chunk.start * heads * dp, chunk.len() * heads * dp), vs.range(chunk.start * heads, chunk.len() * heads));
+            let mut row = vec![0f32; d];
+            let mut ints = [vec![0i16; dp], vec![0i16; dp]];
+            // Pairs of positions (chunks start even); one past the step (not written yet) is zeros.
+            for j in 0..chunk.len() / 2 {
+                for head in 0..heads {
                     for (half, ints) in ints.iter_mut().enumerate() {
-                        let (i, p) = (2 * j + half, lo + positions.start + 2 * j + half);
-                        if held(p) {
-                            widen::<S>(kv_row(kv, &kv.v, layer, pages, head, d, p), &mut row);
-                            value_scale[i] = to_ints::<S>(&row, VALUE_RANGE, ints);
+                        let (i, p) = (2 * j + half, from + chunk.start + 2 * j + half);
+                        let r = i * heads + head;
+                        if p < end {
+                            widen::<S>(kv_row(kv, layer_keys, pages, head, d, p), &mut row);
+                            key_scale[r] = to_ints::<S>(&row, QK_RANGE, &mut keys[r * dp..(r + 1) * dp]);
+                            widen::<S>(kv_row(kv, layer_values, pages, head, d, p), &mut row);
+                            value_scale[r] = to_ints::<S>(&row, VALUE_RANGE, ints);
                         } else {
+                            keys[r * dp..(r + 1) * dp].fill(0);
                             ints.fill(0);
+                            (key_scale[r], value_scale[r]) = (0.0, 0.0);
                         }
                     }
-                    interleave::<S>(&ints[0], &ints[1], pair);
+                    let pair = (j * heads + head) * 2 * dp;
+                    interleave::<S>(&ints[0], &ints[1], &mut values[pair..pair + 2 * dp]);
                 }
-            });
+            }
+        });
+    }
+
+    /// Positions converted so far (each for every KV head), pairs' padding included.
+    pub fn conversions(&self) -> u64 {
+        self.conversions
+    }
+
+    /// Starts over at `lo` with nothing held.
+    fn restart(&mut self, lo: usize) {
+        (self.lo, self.n, self.converted) = (lo, 0, lo);
+        self.held.clear();
+    }
+
+    /// The first position from `lo` not held as it is in `pages` now.
+    fn valid(&self, kv: &KvPages, layer: usize, pages: &[u32]) -> usize {
+        let ps = kv.page_size;
+        let mut valid = self.lo;
+        for (i, &(page, version)) in self.held.iter().enumerate() {
+            let entry = self.lo / ps + i;
+            if pages.get(entry) != Some(&page) || kv.version(layer, page) != version {
+                break;
+            }
+            valid = ((entry + 1) * ps).min(self.converted);
         }
-        IntKv { lo, n, dp, keys, key_scale, values, value_scale }
+        valid
+    }
+
+    /// Moves the first position held up to `lo` (even, at least the current), shifting what is
+    /// held after it to the buffers' start.
+    fn drop_before(&mut self, lo: usize, page_size: usize) {
+        let shift = lo - self.lo;
+        if shift == 0 {
+            return;
+        }
+        if shift >= self.n || self.converted <= lo {
+            return self.restart(lo);
+        }
+        let (h, dp) = (self.heads, self.dp);
+        self.keys.copy_within(shift * h * dp..self.n * h * dp, 0);
+        self.key_scale.copy_within(shift * h..self.n * h, 0);
+        self.values.copy_within(shift * h * dp..self.n * h * dp, 0);
+        self.value_scale.copy_within(shift * h..self.n * h, 0);
+        self.n -= shift;
+        // Entries are per page-table index from lo's: drop those of pages wholly before it.
+        self.held.drain(..(lo / page_size - self.lo / page_size).min(self.held.len()));
+        self.lo = lo;
     }
     #[inline(always)]
     fn key(&self, head: usize, p: usize) -> &[i16] {
-        &self.keys[(head * self.n + p - self.lo) * self.dp..][..self.dp]
+        &self.keys[((p - self.lo) * self.heads + head) * self.dp..][..self.dp]
     }
     #[inline(always)]
     fn key_scale(&self, head: usize, p: usize) -> f32 {
-        self.key_scale[head * self.n + p - self.lo]
+        self.key_scale[(p - self.lo) * self.heads + head]
     }
     #[inline(always)]
     fn value_scale(&self, head: usize, p: usize) -> f32 {
-        self.value_scale[head * self.n + p - self.lo]
+        self.value_scale[(p - self.lo) * self.heads + head]
     }
     /// The value pair holding positions 2j and 2j + 1 (j absolute).
     #[inline(always)]
     fn value_pair(&self, head: usize, j: usize) -> &[i16] {
-        &self.values[((head * self.n + 2 * j - self.lo) / 2) * 2 * self.dp..][..2 * self.dp]
+        &self.values[((2 * j - self.lo) / 2 * self.heads + head) * 2 * self.dp..][..2 * self.dp]
     }
 }
 
@@ -575,7 +672,7 @@ fn by_rows<S: Simd>(task: &Task, q: &[f32], mut emit: impl FnMut(usize, f32, f32
     while p < lo + span {
         let pair = (lo + span - p).min(2);
         for (k, key) in keys.chunks_exact_mut(d).take(pair).enumerate() {
-            widen::<S>(task.kv_row(&task.kv.k, p + k), key);
+            widen::<S>(task.key_row(p + k), key);
         }
         let (k0, k1) = keys.split_at(d);
         let k1 = if pair == 2 { k1 } else { k0 };
@@ -605,7 +702,7 @@ fn by_rows<S: Simd>(task: &Task, q: &[f32], mut emit: impl FnMut(usize, f32, f32
     // store every accumulator for every key).
     let mut values = vec![0f32; span * d];
     for (p, v) in (lo..lo + span).zip(values.chunks_exact_mut(d)) {
-        widen::<S>(task.kv_row(&task.kv.v, p), v);
+        widen::<S>(task.value_row(p), v);
     }
     let mut acc = vec![0f32; d];
     for r in 0..rows {

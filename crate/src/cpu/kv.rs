@@ -1,7 +1,8 @@
 //! The KV pages in host memory: per layer, K and V of `n_pages` pages of `page_size` token
 //! slots, each slot the token's rotated keys (or values) for every KV head, as f16 bits: the
 //! layout of the GPU pool, so a page's values and its spill record are the same on both
-//! backends.
+//! backends. Every write bumps its (layer, page)'s version, by which copies derived from a
+//! page (attention's integer keys and values) know whether they still hold.
 
 use half::f16;
 
@@ -11,9 +12,11 @@ pub struct KvPages {
     pub kv_dim: usize,
     pub n_pages: usize,
     /// Per layer: (n_pages, page_size, kv_dim) f16 bits.
-    pub k: Vec<Vec<u16>>,
+    k: Vec<Vec<u16>>,
     /// Per layer, as `k`.
-    pub v: Vec<Vec<u16>>,
+    v: Vec<Vec<u16>>,
+    /// (layer, page): writes so far.
+    versions: Vec<u64>,
 }
 
 impl KvPages {
@@ -32,7 +35,26 @@ impl KvPages {
             k.push(layer()?);
             v.push(layer()?);
         }
-        Ok(Self { page_size, kv_dim, n_pages, k, v })
+        Ok(Self { page_size, kv_dim, n_pages, k, v, versions: vec![0; n_layers * n_pages] })
+    }
+
+    /// Layer `layer`'s keys, (n_pages, page_size, kv_dim) f16 bits.
+    pub fn keys(&self, layer: usize) -> &[u16] {
+        &self.k[layer]
+    }
+
+    /// Layer `layer`'s values, as `keys`.
+    pub fn values(&self, layer: usize) -> &[u16] {
+        &self.v[layer]
+    }
+
+    /// How many times page `page` of layer `layer` has been written.
+    pub fn version(&self, layer: usize, page: u32) -> u64 {
+        self.versions[layer * self.n_pages + page as usize]
+    }
+
+    fn written(&mut self, layer: usize, page: u32) {
+        self.versions[layer * self.n_pages + page as usize] += 1;
     }
 
     /// Index of position `pos`'s slot (its first value) through `pages`.
@@ -45,6 +67,7 @@ impl KvPages {
     /// rounded to f16 as the GPU pool stores them.
     pub fn write_token(&mut self, layer: usize, pages: &[u32], pos: usize, k: &[f32], v: &[f32]) {
         let (at, d) = (self.slot(pages, pos), self.kv_dim);
+        self.written(layer, pages[pos / self.page_size]);
         for (dst, src) in [(&mut self.k[layer], k), (&mut self.v[layer], v)] {
             for (o, &x) in dst[at..at + d].iter_mut().zip(src) {
                 *o = f16::from_f32(x).to_bits();
@@ -60,6 +83,7 @@ impl KvPages {
     }
 
     pub fn page_slice_mut(&mut self, lk: usize, page: u32) -> &mut [u16] {
+        self.written(lk / 2, page);
         let len = self.page_size * self.kv_dim;
         let layer = if lk % 2 == 0 { &mut self.k[lk / 2] } else { &mut self.v[lk / 2] };
         &mut layer[page as usize * len..(page as usize + 1) * len]
@@ -70,6 +94,9 @@ impl KvPages {
         let len = self.page_size * self.kv_dim;
         for layer in self.k.iter_mut().chain(self.v.iter_mut()) {
             layer.copy_within(src as usize * len..(src as usize + 1) * len, dst as usize * len);
+        }
+        for layer in 0..self.k.len() {
+            self.written(layer, dst);
         }
     }
 

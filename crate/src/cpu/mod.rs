@@ -17,7 +17,7 @@ pub mod simd;
 pub mod threads;
 pub mod weights;
 
-use attention::{attention, AttentionMask, AttentionShape};
+use attention::{attention, AttentionMask, AttentionShape, IntKv};
 use dot::{quantize_q16, takes_q16, Q16Block};
 use kv::KvPages;
 use matmul::{matmul, CpuWeight, Input};
@@ -71,6 +71,8 @@ pub struct CpuBackend {
     cfg: Config,
     model: CpuModel,
     pub kv: KvPages,
+    /// Per layer: the integer keys and values prefill's attention reads, kept between steps.
+    ints: Vec<IntKv>,
     threads: Threads,
     /// Each RoPE table's frequencies (global, then local), (D / 2) each: model/rope.rs.
     rope_freqs: Vec<Vec<f32>>,
@@ -98,7 +100,8 @@ impl CpuBackend {
         };
         let rope_freqs: Vec<Vec<f32>> = std::iter::once(cfg.global_rope_freqs(rope_factors)).chain(cfg.local_rope_freqs()).collect();
         let scratch = Scratch { rope: vec![(0.0, 0.0); rope_freqs.len() * t * cfg.head_dim / 2], ..scratch };
-        Ok(Self { cfg: cfg.clone(), model, kv, threads, rope_freqs, max_batch, scratch })
+        let ints = (0..cfg.n_layers).map(|_| IntKv::default()).collect();
+        Ok(Self { cfg: cfg.clone(), model, kv, ints, threads, rope_freqs, max_batch, scratch })
     }
 
     pub fn threads(&self) -> usize {
@@ -187,7 +190,7 @@ impl CpuBackend {
                 self.kv.write_token(l, pages, start_pos + ti, &row[qd..qd + kvd], &row[qd + kvd..]);
             }
             let mask = AttentionMask { window: cfg.window(l), scale: cfg.attn_scale };
-            attention::<S>(th, &shape, mask, &self.kv, l, pages, start_pos, &s.q[..t * qd], &mut s.att[..t * qd]);
+            attention::<S>(th, &shape, mask, &self.kv, &mut self.ints[l], l, pages, start_pos, &s.q[..t * qd], &mut s.att[..t * qd]);
             // x += attention · woᵀ (normalised first with post norms).
             let post = w.post_norms.as_ref().map(|(attn, _)| attn);
             residual::<S>(th, &w.wo, &s.att[..t * qd], t, qd, &mut s.q16, &mut s.x[..t * c], &mut s.post, post, cfg.rms_eps);
