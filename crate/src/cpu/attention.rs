@@ -68,12 +68,16 @@ pub fn attention<S: Simd>(threads: &Threads, shape: &AttentionShape, mask: Atten
         ints.update::<S>(threads, kv, layer, pages, hkv, d, mask.first_key(start_pos), start_pos + t);
     }
     let int_kv = (!decode).then_some(&*ints);
+    // Group g's rows (token, head).
+    let rows = |g: usize| -> Vec<(usize, usize)> {
+        let heads = (g % hkv) * group..(g % hkv + 1) * group;
+        tokens(g).flat_map(|ti| heads.clone().map(move |hi| (ti, hi))).collect()
+    };
     let task_of = |g: usize, parts: std::ops::Range<usize>| {
-        let (tokens, heads) = (tokens(g), (g % hkv) * group..(g % hkv + 1) * group);
-        let rows: Vec<(usize, usize)> = tokens.clone().flat_map(|ti| heads.clone().map(move |hi| (ti, hi))).collect();
+        let tokens = tokens(g);
         let lo = (parts.start * part).max(mask.first_key(start_pos + tokens.start));
         let end = (parts.end * part).min(start_pos + tokens.end);
-        Task { kv, layer, pages, kv_head: g % hkv, h, d, mask, start_pos, rows, lo, span: end - lo }
+        Task { kv, layer, pages, kv_head: g % hkv, h, d, mask, start_pos, rows: rows(g), lo, span: end - lo }
     };
     // Part `p` of task `task`'s keys, as (row, maximum, sum, weighted values) to `emit`.
     let run_part = |task: &Task, p: usize, emit: &mut dyn FnMut(usize, f32, f32, &[f32])| {
@@ -131,8 +135,7 @@ pub fn attention<S: Simd>(threads: &Threads, shape: &AttentionShape, mask: Atten
     let mut first = 0;
     for g in 0..groups {
         let n = parts(g).len();
-        let task = task_of(g, parts(g));
-        for (r, &row) in task.rows.iter().enumerate() {
+        for (r, row) in rows(g).into_iter().enumerate() {
             state.fill(0.0);
             for i in first..first + n {
                 let s = &partials[(i * rows_per_task + r) * stride..][..stride];
@@ -276,11 +279,9 @@ fn to_ints<S: Simd>(row: &[f32], range: f32, out: &mut [i16]) -> f32 {
 /// bytes again as that sequence's f16 keys and values.
 #[derive(Default)]
 pub struct IntKv {
-    /// First position held (even).
+    /// First position held (even). The buffers hold positions from it: the converted ones,
+    /// then ones a score tile may read past a step's last key (finite, never weighted).
     lo: usize,
-    /// Positions the buffers hold from `lo`: the converted ones, then ones a score tile may
-    /// read past a step's last key (finite, never weighted).
-    n: usize,
     heads: usize,
     /// Dimensions per row: the head's, padded to 16.
     dp: usize,
@@ -331,8 +332,7 @@ impl IntKv {
         self.converted = end;
         // Room for a score tile's keys past the last (zeros until converted).
         let n = (end + tile::QK.0 - 1 - self.lo).div_ceil(2) * 2;
-        if n > self.n {
-            self.n = n;
+        if n > self.len() {
             self.keys.resize(n * heads * dp, 0);
             self.key_scale.resize(n * heads, 0.0);
             self.values.resize(n * heads * dp, 0);
@@ -383,10 +383,19 @@ impl IntKv {
         self.conversions
     }
 
+    /// Positions the buffers hold from `lo`.
+    fn len(&self) -> usize {
+        self.key_scale.len() / self.heads.max(1)
+    }
+
     /// Starts over at `lo` with nothing held.
     fn restart(&mut self, lo: usize) {
-        (self.lo, self.n, self.converted) = (lo, 0, lo);
+        (self.lo, self.converted) = (lo, lo);
         self.held.clear();
+        self.keys.clear();
+        self.key_scale.clear();
+        self.values.clear();
+        self.value_scale.clear();
     }
 
     /// The first position from `lo` not held as it is in `pages` now.
@@ -410,15 +419,19 @@ impl IntKv {
         if shift == 0 {
             return;
         }
-        if shift >= self.n || self.converted <= lo {
+        let n = self.len();
+        if shift >= n || self.converted <= lo {
             return self.restart(lo);
         }
         let (h, dp) = (self.heads, self.dp);
-        self.keys.copy_within(shift * h * dp..self.n * h * dp, 0);
-        self.key_scale.copy_within(shift * h..self.n * h, 0);
-        self.values.copy_within(shift * h * dp..self.n * h * dp, 0);
-        self.value_scale.copy_within(shift * h..self.n * h, 0);
-        self.n -= shift;
+        for (rows, width) in [(&mut self.keys, h * dp), (&mut self.values, h * dp)] {
+            rows.copy_within(shift * width.., 0);
+            rows.truncate((n - shift) * width);
+        }
+        for scales in [&mut self.key_scale, &mut self.value_scale] {
+            scales.copy_within(shift * h.., 0);
+            scales.truncate((n - shift) * h);
+        }
         // Entries are per page-table index from lo's: drop those of pages wholly before it.
         self.held.drain(..(lo / page_size - self.lo / page_size).min(self.held.len()));
         self.lo = lo;
