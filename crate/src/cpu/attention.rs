@@ -514,9 +514,17 @@ fn tiled<S: Simd>(task: &Task, kv: &IntKv, q: &[f32], mut emit: impl FnMut(usize
                     }
                 }
             }
-            for (m, s) in shift.iter_mut().zip(row.iter()) {
-                *m = larger(*m, *s);
+        }
+        // Maxima a row vector at a time, in registers (a maximum kept in memory becomes a
+        // masked store, slow on x86).
+        for (v, m) in shift.chunks_exact_mut(LANES).enumerate() {
+            let mut top: [f32; LANES] = m.try_into().unwrap_or([f32::NEG_INFINITY; LANES]);
+            for row in scores.chunks_exact(rp).take(n) {
+                for (t, s) in top.iter_mut().zip(&row[v * LANES..(v + 1) * LANES]) {
+                    *t = larger(*t, *s);
+                }
             }
+            m.copy_from_slice(&top);
         }
         // `shift` holds each row's new maximum, and becomes what its scores are shifted by: a
         // row that has seen no key yet keeps maximum -inf and shift 0, so its weights stay 0.
@@ -532,19 +540,30 @@ fn tiled<S: Simd>(task: &Task, kv: &IntKv, q: &[f32], mut emit: impl FnMut(usize
                 acc[r * dp..(r + 1) * dp].iter_mut().for_each(|a| *a *= scale);
             }
         }
-        // Weights, their sums, and the weights times their value row's scale (what the
-        // integers hold), with each row's largest and total of those.
-        w_max.fill(0.0);
-        w_total.fill(0.0);
-        for (i, row) in scores.chunks_exact_mut(rp).take(n).enumerate() {
-            let vs = kv.value_scale(head, b0 + i);
-            for (((s, shift), sum), (m, total)) in row.iter_mut().zip(&shift).zip(sums.iter_mut()).zip(w_max.iter_mut().zip(w_total.iter_mut())) {
-                let w = exp(*s - shift);
-                *sum += w;
-                *s = w * vs;
-                *m = larger(*m, *s);
-                *total += *s;
+        // Weights, then a row vector at a time (sums in registers, as a sum kept in memory
+        // is not vectorised): their sums, and the weights times their value row's scale
+        // (what the integers hold) with each row's largest and total of those (weights are
+        // not negative: the largest is the largest magnitude).
+        for row in scores.chunks_exact_mut(rp).take(n) {
+            for (s, shift) in row.iter_mut().zip(&shift) {
+                *s = exp(*s - shift);
             }
+        }
+        for (v, ((sum, top), total)) in sums.chunks_exact_mut(LANES).zip(w_max.chunks_exact_mut(LANES)).zip(w_total.chunks_exact_mut(LANES)).enumerate() {
+            let (Ok(sum), Ok(top), Ok(total)) = (<&mut [f32; LANES]>::try_from(sum), <&mut [f32; LANES]>::try_from(top), <&mut [f32; LANES]>::try_from(total)) else { continue };
+            let (mut s, mut t, mut m) = (S::loadf(sum), S::zero(), S::zero());
+            for (i, row) in scores.chunks_exact_mut(rp).take(n).enumerate() {
+                let Ok(w) = <&mut [f32; LANES]>::try_from(&mut row[v * LANES..(v + 1) * LANES]) else { continue };
+                let x = S::loadf(w);
+                s = S::addf(s, x);
+                let x = S::mulf(x, S::splat(kv.value_scale(head, b0 + i)));
+                S::storef(x, w);
+                m = S::abs_max(m, x);
+                t = S::addf(t, x);
+            }
+            S::storef(s, sum);
+            S::storef(m, top);
+            S::storef(t, total);
         }
         for (((scale, inv), &m), &total) in w_scale.iter_mut().zip(w_inv.iter_mut()).zip(&w_max).zip(&w_total) {
             *scale = larger(m / VALUE_RANGE, total / WEIGHT_SUM);
@@ -595,7 +614,8 @@ fn score_tiles<S: Simd>(qt: &[i16], q_scale: &[f32], rp: usize, kv: &IntKv, head
 #[inline(always)]
 fn score_tile<S: Simd, const M: usize, const N: usize>(qt: &[i16], q_scale: &[f32], rp: usize, v: usize, keys: [&[i16]; M], key_scale: [f32; M], out: &mut [f32]) {
     let q_scale: [S::F; N] = std::array::from_fn(|j| q_scale[(v + j) * LANES..(v + j + 1) * LANES].try_into().map_or(S::zero(), S::loadf));
-    // Sums in f32, scaled by the rows' scales, of i32 sums over a few pairs of dimensions.
+    // Sums in f32 of i32 sums over a few pairs of dimensions, then scaled by the row's and
+    // the key's scales.
     let mut sums = [[S::zero(); N]; M];
     for (g, group) in qt.chunks(2 * rp * QK_PAIRS_PER_SUM).enumerate() {
         let mut acc = [[S::zeroi(); N]; M];
@@ -612,17 +632,17 @@ fn score_tile<S: Simd, const M: usize, const N: usize>(qt: &[i16], q_scale: &[f3
             }
         }
         for (sums, acc) in sums.iter_mut().zip(&acc) {
-            for ((s, a), qs) in sums.iter_mut().zip(acc).zip(q_scale) {
-                *s = S::fmadd(*s, S::to_f32(*a), qs);
+            for (s, a) in sums.iter_mut().zip(acc) {
+                *s = S::addf(*s, S::to_f32(*a));
             }
         }
     }
     for (i, sums) in sums.iter().enumerate() {
         let ks = S::splat(key_scale[i]);
-        for (j, s) in sums.iter().enumerate() {
+        for ((j, s), qs) in sums.iter().enumerate().zip(q_scale) {
             let at = i * rp + (v + j) * LANES;
             if let Ok(o) = <&mut [f32; 8]>::try_from(&mut out[at..at + LANES]) {
-                S::storef(S::fmadd(S::zero(), *s, ks), o);
+                S::storef(S::mulf(S::mulf(*s, qs), ks), o);
             }
         }
     }

@@ -59,6 +59,9 @@ pub trait Simd: Copy + Send + Sync + 'static {
     fn storef(v: Self::F, out: &mut [f32; 8]);
     /// `acc + a · b`, elementwise.
     fn fmadd(acc: Self::F, a: Self::F, b: Self::F) -> Self::F;
+    /// `a + b` and `a · b`, elementwise.
+    fn addf(a: Self::F, b: Self::F) -> Self::F;
+    fn mulf(a: Self::F, b: Self::F) -> Self::F;
 
     /// Attention's integer products: an i32 accumulator of 8 lanes.
     type I: Copy;
@@ -179,6 +182,14 @@ impl Simd for Scalar {
     #[inline(always)]
     fn fmadd(acc: Self::F, a: Self::F, b: Self::F) -> Self::F {
         std::array::from_fn(|j| acc[j] + a[j] * b[j])
+    }
+    #[inline(always)]
+    fn addf(a: Self::F, b: Self::F) -> Self::F {
+        std::array::from_fn(|j| a[j] + b[j])
+    }
+    #[inline(always)]
+    fn mulf(a: Self::F, b: Self::F) -> Self::F {
+        std::array::from_fn(|j| a[j] * b[j])
     }
     type I = [i32; 8];
     #[inline(always)]
@@ -341,6 +352,14 @@ mod avx2 {
         #[inline(always)]
         fn fmadd(acc: Self::F, a: Self::F, b: Self::F) -> Self::F {
             unsafe { _mm256_fmadd_ps(a, b, acc) }
+        }
+        #[inline(always)]
+        fn addf(a: Self::F, b: Self::F) -> Self::F {
+            unsafe { _mm256_add_ps(a, b) }
+        }
+        #[inline(always)]
+        fn mulf(a: Self::F, b: Self::F) -> Self::F {
+            unsafe { _mm256_mul_ps(a, b) }
         }
         type I = __m256i;
         #[inline(always)]
@@ -537,6 +556,14 @@ mod wasm {
         #[inline(always)]
         fn fmadd(acc: Self::F, a: Self::F, b: Self::F) -> Self::F {
             (f32x4_add(acc.0, f32x4_mul(a.0, b.0)), f32x4_add(acc.1, f32x4_mul(a.1, b.1)))
+        }
+        #[inline(always)]
+        fn addf(a: Self::F, b: Self::F) -> Self::F {
+            (f32x4_add(a.0, b.0), f32x4_add(a.1, b.1))
+        }
+        #[inline(always)]
+        fn mulf(a: Self::F, b: Self::F) -> Self::F {
+            (f32x4_mul(a.0, b.0), f32x4_mul(a.1, b.1))
         }
         type I = (v128, v128);
         #[inline(always)]
@@ -748,6 +775,14 @@ mod neon {
         #[inline(always)]
         fn fmadd(acc: Self::F, a: Self::F, b: Self::F) -> Self::F {
             unsafe { (vfmaq_f32(acc.0, a.0, b.0), vfmaq_f32(acc.1, a.1, b.1)) }
+        }
+        #[inline(always)]
+        fn addf(a: Self::F, b: Self::F) -> Self::F {
+            unsafe { (vaddq_f32(a.0, b.0), vaddq_f32(a.1, b.1)) }
+        }
+        #[inline(always)]
+        fn mulf(a: Self::F, b: Self::F) -> Self::F {
+            unsafe { (vmulq_f32(a.0, b.0), vmulq_f32(a.1, b.1)) }
         }
         type I = (int32x4_t, int32x4_t);
         #[inline(always)]
