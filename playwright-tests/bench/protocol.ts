@@ -29,9 +29,9 @@ export function benchSize(): { prefixLens: number[]; repeats: number; smoke: boo
   return { prefixLens: [...PROTOCOL.prefix_lens, ...long], repeats: benchRepeats(), smoke: false };
 }
 
-/** The full run's repeats: the protocol's, or `RADIXLM_BENCH_REPEATS` (a software GPU makes each one long). */
-function benchRepeats(): number {
-  const asked = Number(process.env.RADIXLM_BENCH_REPEATS ?? PROTOCOL.repeats);
+/** The full run's repeats: the protocol's (or a benchmark's own `fallback`), or `RADIXLM_BENCH_REPEATS` (a software GPU makes each one long; a noisy host asks for more). */
+export function benchRepeats(fallback: number = PROTOCOL.repeats): number {
+  const asked = Number(process.env.RADIXLM_BENCH_REPEATS ?? fallback);
   if (!Number.isInteger(asked) || asked < 1) throw new Error(`RADIXLM_BENCH_REPEATS must be a positive integer, not ${process.env.RADIXLM_BENCH_REPEATS}`);
   return asked;
 }

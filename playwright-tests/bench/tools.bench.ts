@@ -6,7 +6,7 @@
 // cover the tools' whole pages (what `cache.pin` of the tools and system prompt pins), and its
 // tokens differ from the request's without tools. Goal: warm with tools at most 1.5× without.
 //
-//   cd playwright-tests && npx playwright test -c bench.config.ts tools
+//   cd playwright-tests && npx playwright test -c bench.config.ts tools   (RADIXLM_BENCH_REPEATS=N: N repeats, 3 by default)
 //
 // Prints a table and writes results/tools.md and .json (RADIXLM_BENCH_OUT elsewhere).
 
@@ -16,7 +16,7 @@ import { expect, test } from "@playwright/test";
 import type { ChatCompletion, ChatMessageParam, Engine, FunctionTool } from "../../pkg/src/index.js";
 import { REPO_ROOT } from "../paths";
 import { benchThreads, describe, RadixlmEngine, runEnvironment } from "./engines";
-import { median, writeResults } from "./protocol";
+import { benchRepeats, median, writeResults } from "./protocol";
 
 interface ToolsProtocol {
   system: string;
@@ -26,7 +26,7 @@ interface ToolsProtocol {
 }
 
 const PROTOCOL: ToolsProtocol = JSON.parse(readFileSync(path.join(REPO_ROOT, "crate", "src", "bench_tools.json"), "utf8"));
-const REPEATS = 3;
+const REPEATS = benchRepeats(3);
 const CHECK_TOKENS = 16;
 const GOAL = 1.5;
 
