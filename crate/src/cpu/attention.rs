@@ -496,8 +496,6 @@ fn tiled<S: Simd>(task: &Task, kv: &IntKv, q: &[f32], mut emit: impl FnMut(usize
     let mut w_scale = vec![0f32; rp];
     let mut w_inv = vec![0f32; rp];
     let zeros = vec![0f32; rp];
-    let mut w_max = vec![0f32; rp];
-    let mut w_total = vec![0f32; rp];
     let mut rescale = vec![1f32; rp];
     let mut shift = vec![0f32; rp];
     let mut b0 = lo;
@@ -542,15 +540,15 @@ fn tiled<S: Simd>(task: &Task, kv: &IntKv, q: &[f32], mut emit: impl FnMut(usize
         }
         // Weights, then a row vector at a time (sums in registers, as a sum kept in memory
         // is not vectorised): their sums, and the weights times their value row's scale
-        // (what the integers hold) with each row's largest and total of those (weights are
-        // not negative: the largest is the largest magnitude).
+        // (what the integers hold), whose largest and total (weights are not negative: the
+        // largest is the largest magnitude) give each row's scale for its integers.
         for row in scores.chunks_exact_mut(rp).take(n) {
             for (s, shift) in row.iter_mut().zip(&shift) {
                 *s = exp(*s - shift);
             }
         }
-        for (v, ((sum, top), total)) in sums.chunks_exact_mut(LANES).zip(w_max.chunks_exact_mut(LANES)).zip(w_total.chunks_exact_mut(LANES)).enumerate() {
-            let (Ok(sum), Ok(top), Ok(total)) = (<&mut [f32; LANES]>::try_from(sum), <&mut [f32; LANES]>::try_from(top), <&mut [f32; LANES]>::try_from(total)) else { continue };
+        for (v, ((sum, scale), inv)) in sums.chunks_exact_mut(LANES).zip(w_scale.chunks_exact_mut(LANES)).zip(w_inv.chunks_exact_mut(LANES)).enumerate() {
+            let Ok(sum) = <&mut [f32; LANES]>::try_from(sum) else { continue };
             let (mut s, mut t, mut m) = (S::loadf(sum), S::zero(), S::zero());
             for (i, row) in scores.chunks_exact_mut(rp).take(n).enumerate() {
                 let Ok(w) = <&mut [f32; LANES]>::try_from(&mut row[v * LANES..(v + 1) * LANES]) else { continue };
@@ -562,12 +560,13 @@ fn tiled<S: Simd>(task: &Task, kv: &IntKv, q: &[f32], mut emit: impl FnMut(usize
                 t = S::addf(t, x);
             }
             S::storef(s, sum);
-            S::storef(m, top);
-            S::storef(t, total);
-        }
-        for (((scale, inv), &m), &total) in w_scale.iter_mut().zip(w_inv.iter_mut()).zip(&w_max).zip(&w_total) {
-            *scale = larger(m / VALUE_RANGE, total / WEIGHT_SUM);
-            *inv = if *scale > 0.0 { 1.0 / *scale } else { 0.0 };
+            let (mut top, mut total) = ([0f32; LANES], [0f32; LANES]);
+            S::storef(m, &mut top);
+            S::storef(t, &mut total);
+            for (((scale, inv), m), total) in scale.iter_mut().zip(inv.iter_mut()).zip(top).zip(total) {
+                *scale = larger(m / VALUE_RANGE, total / WEIGHT_SUM);
+                *inv = if *scale > 0.0 { 1.0 / *scale } else { 0.0 };
+            }
         }
         // Pairs of absolute positions; a pair's key outside the block weighs 0.
         let (first_pair, pairs) = (b0 / 2, (b0 + n).div_ceil(2) - b0 / 2);
