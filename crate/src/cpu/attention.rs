@@ -448,10 +448,11 @@ impl IntKv {
     fn value_scale(&self, head: usize, p: usize) -> f32 {
         self.value_scale[(p - self.lo) * self.heads + head]
     }
-    /// The value pair holding positions 2j and 2j + 1 (j absolute).
+    /// Where the value pair holding positions 2j and 2j + 1 (j absolute) starts in `values`;
+    /// the next pair's is `heads · 2 · dp` on.
     #[inline(always)]
-    fn value_pair(&self, head: usize, j: usize) -> &[i16] {
-        &self.values[((2 * j - self.lo) / 2 * self.heads + head) * 2 * self.dp..][..2 * self.dp]
+    fn value_pair_at(&self, head: usize, j: usize) -> usize {
+        ((2 * j - self.lo) / 2 * self.heads + head) * 2 * self.dp
     }
 }
 
@@ -466,20 +467,23 @@ fn tiled<S: Simd>(task: &Task, kv: &IntKv, q: &[f32], mut emit: impl FnMut(usize
     let n_rows = task.rows.len();
     let rp = n_rows.div_ceil(LANES) * LANES;
 
-    // qt (dp / 2, rp, 2): the queries as integers, transposed by pairs of dimensions, so a
-    // score tile is keys × row vectors with each key's pair broadcast and no horizontal sums;
-    // padding rows and dimensions are zero.
+    // qt (rp / LANES, dp / 2, LANES, 2): the queries as integers, a row vector's pairs of
+    // dimensions in order, so a score tile is keys × row vectors with each key's pair broadcast
+    // and no horizontal sums, reading each row vector's pairs in one run; padding rows and
+    // dimensions are zero.
     let mut qt = vec![0i16; rp * dp];
     let mut q_scale = vec![0f32; rp];
     let mut scaled = vec![0f32; d];
     let mut ints = vec![0i16; dp];
-    for r in 0..n_rows {
+    for (r, q_scale) in q_scale.iter_mut().enumerate().take(n_rows) {
         for (s, x) in scaled.iter_mut().zip(task.q_row(q, r)) {
             *s = x * task.mask.scale;
         }
-        q_scale[r] = to_ints::<S>(&scaled, QK_RANGE, &mut ints);
+        *q_scale = to_ints::<S>(&scaled, QK_RANGE, &mut ints);
+        let (v, lane) = (r / LANES, r % LANES);
         for (c, pair) in ints.chunks_exact(2).enumerate() {
-            qt[(c * rp + r) * 2..(c * rp + r) * 2 + 2].copy_from_slice(pair);
+            let at = ((v * dp / 2 + c) * LANES + lane) * 2;
+            qt[at..at + 2].copy_from_slice(pair);
         }
     }
     // Keys every row sees; scores of others are masked to -inf (exp gives 0).
@@ -490,9 +494,11 @@ fn tiled<S: Simd>(task: &Task, kv: &IntKv, q: &[f32], mut emit: impl FnMut(usize
     let mut acc = vec![0f32; rp * dp];
     // A block's scores, then weights (a tile may write one key row past the block).
     let mut scores = vec![0f32; (KEY_BLOCK + tile::QK.0) * rp];
-    // A block's weights as integers, pairs of keys interleaved (pair, row, 2), and each row's
-    // scale for them and its inverse.
-    let mut wi = vec![0i16; (KEY_BLOCK / 2 + 1) * rp * 2];
+    // A block's weights as integers, pairs of keys interleaved: (rp / PV rows, pair, PV rows,
+    // 2), so a weighted-sum tile reads its rows' weights in one run; and each row's scale for
+    // them and its inverse.
+    const PV_ROWS: usize = tile::PV.0;
+    let mut wi = vec![0i16; WEIGHT_PAIRS * rp * 2];
     let mut w_scale = vec![0f32; rp];
     let mut w_inv = vec![0f32; rp];
     let zeros = vec![0f32; rp];
@@ -571,16 +577,21 @@ fn tiled<S: Simd>(task: &Task, kv: &IntKv, q: &[f32], mut emit: impl FnMut(usize
         // Pairs of absolute positions; a pair's key outside the block weighs 0.
         let (first_pair, pairs) = (b0 / 2, (b0 + n).div_ceil(2) - b0 / 2);
         let weights = |p: usize| if (b0..b0 + n).contains(&p) { &scores[(p - b0) * rp..(p - b0 + 1) * rp] } else { &zeros[..] };
-        for (j, w) in wi.chunks_exact_mut(2 * rp).take(pairs).enumerate() {
+        for j in 0..pairs {
             let p = 2 * (first_pair + j);
             let (even, odd) = (weights(p), weights(p + 1));
-            for (((e, o), inv), w) in even.chunks_exact(LANES).zip(odd.chunks_exact(LANES)).zip(w_inv.chunks_exact(LANES)).zip(w.chunks_exact_mut(2 * LANES)) {
-                let (Ok(e), Ok(o), Ok(inv), Ok(w)) = (e.try_into(), o.try_into(), inv.try_into(), w.try_into()) else { continue };
+            for (v, ((e, o), inv)) in even.chunks_exact(LANES).zip(odd.chunks_exact(LANES)).zip(w_inv.chunks_exact(LANES)).enumerate() {
+                let (Ok(e), Ok(o), Ok(inv)) = (e.try_into(), o.try_into(), inv.try_into()) else { continue };
                 let inv = S::loadf(inv);
-                S::interleave(S::to_i16(S::loadf(e), inv), S::to_i16(S::loadf(o), inv), w);
+                let mut w = [0i16; 2 * LANES];
+                S::interleave(S::to_i16(S::loadf(e), inv), S::to_i16(S::loadf(o), inv), &mut w);
+                for (i, rows) in w.chunks_exact(2 * PV_ROWS).enumerate() {
+                    let at = (((v * LANES / PV_ROWS + i) * WEIGHT_PAIRS) + j) * 2 * PV_ROWS;
+                    wi[at..at + 2 * PV_ROWS].copy_from_slice(rows);
+                }
             }
         }
-        weight_tiles::<S>(&wi[..pairs * rp * 2], &w_scale, rp, kv, head, first_pair, &mut acc);
+        weight_tiles::<S>(&wi, pairs, &w_scale, rp, kv, head, first_pair, &mut acc);
         b0 += n;
     }
     for r in 0..n_rows {
@@ -588,8 +599,8 @@ fn tiled<S: Simd>(task: &Task, kv: &IntKv, q: &[f32], mut emit: impl FnMut(usize
     }
 }
 
-/// Scores of keys `b0..b0 + n` against every row of `qt` (dp / 2, rp, 2), into `out`
-/// (keys, rp), whole tiles of keys (the last may take keys past the block).
+/// Scores of keys `b0..b0 + n` against every row of `qt` (rp / LANES, dp / 2, LANES, 2), into
+/// `out` (keys, rp), whole tiles of keys (the last may take keys past the block).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn score_tiles<S: Simd>(qt: &[i16], q_scale: &[f32], rp: usize, kv: &IntKv, head: usize, b0: usize, n: usize, out: &mut [f32]) {
@@ -600,32 +611,40 @@ fn score_tiles<S: Simd>(qt: &[i16], q_scale: &[f32], rp: usize, kv: &IntKv, head
         let out = &mut out[k0 * rp..(k0 + M) * rp];
         let mut v = 0;
         while v + tile::QK.1 <= rp / LANES {
-            score_tile::<S, M, { tile::QK.1 }>(qt, q_scale, rp, v, keys, key_scale, out);
+            score_tile::<S, M, { tile::QK.1 }>(qt, q_scale, rp, kv.dp, v, keys, key_scale, out);
             v += tile::QK.1;
         }
         while v < rp / LANES {
-            score_tile::<S, M, 1>(qt, q_scale, rp, v, keys, key_scale, out);
+            score_tile::<S, M, 1>(qt, q_scale, rp, kv.dp, v, keys, key_scale, out);
             v += 1;
         }
     }
 }
 
+/// Dimensions a score tile sums in i32 (pairs of them), and a row vector's query integers over
+/// them.
+const QK_GROUP: usize = 2 * QK_PAIRS_PER_SUM;
+const QK_GROUP_ROWS: usize = LANES * QK_GROUP;
+
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn score_tile<S: Simd, const M: usize, const N: usize>(qt: &[i16], q_scale: &[f32], rp: usize, v: usize, keys: [&[i16]; M], key_scale: [f32; M], out: &mut [f32]) {
+fn score_tile<S: Simd, const M: usize, const N: usize>(qt: &[i16], q_scale: &[f32], rp: usize, dp: usize, v: usize, keys: [&[i16]; M], key_scale: [f32; M], out: &mut [f32]) {
     let q_scale: [S::F; N] = std::array::from_fn(|j| q_scale[(v + j) * LANES..(v + j + 1) * LANES].try_into().map_or(S::zero(), S::loadf));
-    // Sums in f32 of i32 sums over a few pairs of dimensions, then scaled by the row's and
-    // the key's scales.
+    // Sums in f32 of i32 sums over a group of dimensions, then scaled by the row's and the
+    // key's scales.
     let mut sums = [[S::zero(); N]; M];
-    for (g, group) in qt.chunks(2 * rp * QK_PAIRS_PER_SUM).enumerate() {
+    for g in 0..dp / QK_GROUP {
+        // The group's dimensions of each key and each row vector's queries, as arrays: the loop
+        // over them has no bounds checks (none is missing: keys and rows hold dp dimensions).
+        let kg: [&[i16; QK_GROUP]; M] = std::array::from_fn(|i| keys[i].get(g * QK_GROUP..(g + 1) * QK_GROUP).and_then(|k| k.try_into().ok()).unwrap_or(&[0; QK_GROUP]));
+        let qg: [&[i16; QK_GROUP_ROWS]; N] = std::array::from_fn(|j| qt.get(((v + j) * dp / 2) * 2 * LANES + g * QK_GROUP_ROWS..).and_then(|q| q.get(..QK_GROUP_ROWS)).and_then(|q| q.try_into().ok()).unwrap_or(&[0; QK_GROUP_ROWS]));
         let mut acc = [[S::zeroi(); N]; M];
-        for (c, rows) in group.chunks_exact(2 * rp).enumerate().map(|(c, rows)| (g * QK_PAIRS_PER_SUM + c, rows)) {
-            let rows = &rows[2 * v * LANES..2 * (v + N) * LANES];
-            let qv: [Option<&[i16; 16]>; N] = std::array::from_fn(|j| rows[16 * j..16 * (j + 1)].try_into().ok());
-            for (acc, key) in acc.iter_mut().zip(keys) {
+        for c in 0..QK_PAIRS_PER_SUM {
+            for (acc, key) in acc.iter_mut().zip(kg) {
                 let pair = [key[2 * c], key[2 * c + 1]];
-                for (a, qv) in acc.iter_mut().zip(qv) {
-                    if let Some(qv) = qv {
-                        *a = S::dot_pair_splat(*a, pair, qv);
+                for (a, q) in acc.iter_mut().zip(qg) {
+                    if let Ok(q) = <&[i16; 2 * LANES]>::try_from(&q[2 * LANES * c..2 * LANES * (c + 1)]) {
+                        *a = S::dot_pair_splat(*a, pair, q);
                     }
                 }
             }
@@ -647,30 +666,38 @@ fn score_tile<S: Simd, const M: usize, const N: usize>(qt: &[i16], q_scale: &[f3
     }
 }
 
-/// `acc` (rp, dp) += Σ over the value pairs from `first_pair` of the weight pairs `wi`
-/// (pair, rp, 2) times the pair's values, each row's sum times its `w_scale`.
+/// Pairs of keys a block's weights span at most (a block starting at an odd position).
+const WEIGHT_PAIRS: usize = KEY_BLOCK / 2 + 1;
+
+/// `acc` (rp, dp) += Σ over `pairs` value pairs from `first_pair` of the weight pairs `wi`
+/// (rp / PV rows, WEIGHT_PAIRS, PV rows, 2) times the pair's values, each row's sum times its
+/// `w_scale`.
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn weight_tiles<S: Simd>(wi: &[i16], w_scale: &[f32], rp: usize, kv: &IntKv, head: usize, first_pair: usize, acc: &mut [f32]) {
-    let (rows, vectors) = tile::PV;
-    for r in (0..rp).step_by(rows) {
-        for c in (0..kv.dp).step_by(vectors * LANES) {
-            weight_tile::<S, { tile::PV.0 }, { tile::PV.1 }>(wi, w_scale, rp, kv, head, first_pair, r, c, acc);
+fn weight_tiles<S: Simd>(wi: &[i16], pairs: usize, w_scale: &[f32], rp: usize, kv: &IntKv, head: usize, first_pair: usize, acc: &mut [f32]) {
+    const M: usize = tile::PV.0;
+    let stride = kv.heads * 2 * kv.dp;
+    let values = kv.values.get(kv.value_pair_at(head, first_pair)..).unwrap_or(&[]);
+    for (r, w) in (0..rp).step_by(M).zip(wi.chunks_exact(WEIGHT_PAIRS * 2 * M)) {
+        for c in (0..kv.dp).step_by(tile::PV.1 * LANES) {
+            let values = values.get(2 * c..).unwrap_or(&[]);
+            weight_tile::<S, M, { tile::PV.1 }>(&w[..pairs * 2 * M], w_scale, values, stride, kv.dp, r, c, acc);
         }
     }
 }
 
+/// Rows `r..r + M` of `acc`, dimensions `c..c + 8N`: `values` from dimension c of the first
+/// pair on, a pair every `stride`.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn weight_tile<S: Simd, const M: usize, const N: usize>(wi: &[i16], w_scale: &[f32], rp: usize, kv: &IntKv, head: usize, first_pair: usize, r: usize, c: usize, acc: &mut [f32]) {
-    let dp = kv.dp;
+fn weight_tile<S: Simd, const M: usize, const N: usize>(wi: &[i16], w_scale: &[f32], values: &[i16], stride: usize, dp: usize, r: usize, c: usize, acc: &mut [f32]) {
     let mut sums = [[S::zeroi(); N]; M];
-    for (j, w) in wi.chunks_exact(2 * rp).enumerate() {
-        let pair = &kv.value_pair(head, first_pair + j)[2 * c..];
-        let vv: [Option<&[i16; 16]>; N] = std::array::from_fn(|v| pair.get(16 * v..16 * (v + 1)).and_then(|x| x.try_into().ok()));
-        for (s, w) in sums.iter_mut().zip(w[2 * r..2 * (r + M)].chunks_exact(2)) {
+    for (w, pair) in wi.chunks_exact(2 * M).zip(values.chunks(stride)) {
+        let Some(pair) = pair.get(..2 * LANES * N) else { continue };
+        for (s, w) in sums.iter_mut().zip(w.chunks_exact(2)) {
             let w = [w[0], w[1]];
-            for (s, vv) in s.iter_mut().zip(vv) {
-                if let Some(vv) = vv {
+            for (s, vv) in s.iter_mut().zip(pair.chunks_exact(2 * LANES)) {
+                if let Ok(vv) = vv.try_into() {
                     *s = S::dot_pair_splat(*s, w, vv);
                 }
             }
