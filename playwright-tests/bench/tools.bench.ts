@@ -26,7 +26,7 @@ interface ToolsProtocol {
 }
 
 const PROTOCOL: ToolsProtocol = JSON.parse(readFileSync(path.join(REPO_ROOT, "crate", "src", "bench_tools.json"), "utf8"));
-const REPEATS = benchRepeats(3);
+const REPEATS = benchRepeats(5);
 const CHECK_TOKENS = 16;
 const GOAL = 1.5;
 
