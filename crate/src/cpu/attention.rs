@@ -637,7 +637,7 @@ fn score_tile<S: Simd, const M: usize, const N: usize>(qt: &[i16], q_scale: &[f3
         // The group's dimensions of each key and each row vector's queries, as arrays: the loop
         // over them has no bounds checks (none is missing: keys and rows hold dp dimensions).
         let kg: [&[i16; QK_GROUP]; M] = std::array::from_fn(|i| keys[i].get(g * QK_GROUP..(g + 1) * QK_GROUP).and_then(|k| k.try_into().ok()).unwrap_or(&[0; QK_GROUP]));
-        let qg: [&[i16; QK_GROUP_ROWS]; N] = std::array::from_fn(|j| qt.get(((v + j) * dp / 2) * 2 * LANES + g * QK_GROUP_ROWS..).and_then(|q| q.get(..QK_GROUP_ROWS)).and_then(|q| q.try_into().ok()).unwrap_or(&[0; QK_GROUP_ROWS]));
+        let qg: [&[i16; QK_GROUP_ROWS]; N] = std::array::from_fn(|j| qt.get((v + j) * dp * LANES + g * QK_GROUP_ROWS..).and_then(|q| q.get(..QK_GROUP_ROWS)).and_then(|q| q.try_into().ok()).unwrap_or(&[0; QK_GROUP_ROWS]));
         let mut acc = [[S::zeroi(); N]; M];
         for c in 0..QK_PAIRS_PER_SUM {
             for (acc, key) in acc.iter_mut().zip(kg) {
@@ -668,6 +668,8 @@ fn score_tile<S: Simd, const M: usize, const N: usize>(qt: &[i16], q_scale: &[f3
 
 /// Pairs of keys a block's weights span at most (a block starting at an odd position).
 const WEIGHT_PAIRS: usize = KEY_BLOCK / 2 + 1;
+// A row vector's weights split into whole weighted-sum tiles' rows.
+const _: () = assert!(LANES % tile::PV.0 == 0);
 
 /// `acc` (rp, dp) += Σ over `pairs` value pairs from `first_pair` of the weight pairs `wi`
 /// (rp / PV rows, WEIGHT_PAIRS, PV rows, 2) times the pair's values, each row's sum times its
