@@ -372,7 +372,7 @@ fn wide_store(r0: u32, nt: u32, lid: u32) {
     }
 }
 
-const TILE_WG: u32 = 128u;     // lanes: 16 slot groups × 8 token groups of 4
+const TILE_WG: u32 = 64u;      // lanes: 16 slot groups × 4 token groups of 8
 const TILE_ROWS: u32 = 64u;    // weight-row slots per workgroup (gpu/ops/matmul.rs TILE_ROWS)
 const TILE_TOKENS: u32 = 32u;  // tokens per workgroup (gpu/ops/matmul.rs TILE_TOKENS)
 const TILE_K: u32 = 32u;       // columns per step
@@ -381,7 +381,7 @@ const TILE_K4: u32 = TILE_K / 4u + 1u; // a tile row in vec4s, padded to an odd 
 // or vec4<f16> (tile_f32.wgsl, tile_f16.wgsl).
 var<workgroup> w_tile: array<TileVec, TILE_ROWS * TILE_K4>;   // [place][k / 4] dequantized weights
 var<workgroup> x_tile: array<TileVec, TILE_TOKENS * TILE_K4>; // [token][k / 4] activations (times norm_w)
-var<workgroup> sq_parts: array<f32, 2u * TILE_WG>;              // each lane's sums of squares of its two tokens
+var<workgroup> sq_parts: array<f32, 4u * TILE_WG>;              // each lane's sums of squares of its four tokens
 
 /// The weight row tile slot s of a workgroup starting at output row r0 reads. GATED: slots
 /// 4g, 4g + 1 are the gate's rows r0 + 2g, r0 + 2g + 1 and slots 4g + 2, 4g + 3 up's same rows,
@@ -421,6 +421,19 @@ fn tile_x4(row: u32, k: u32) -> vec4<f32> {
         v[e] = x[row + k + e];
     }
     return v;
+}
+
+/// Lane `lid`'s sums of squares of its four tokens into `sq_parts`, a token's after another's.
+fn store_sq_parts(lid: u32, sq: vec4<f32>) {
+    sq_parts[lid] = sq.x;
+    sq_parts[TILE_WG + lid] = sq.y;
+    sq_parts[2u * TILE_WG + lid] = sq.z;
+    sq_parts[3u * TILE_WG + lid] = sq.w;
+}
+
+/// Raw activations k .. k + 3 of the four rows starting at `rows`, zero past K.
+fn tile_x4x4(rows: vec4<u32>, k: u32) -> mat4x4<f32> {
+    return mat4x4<f32>(tile_x4(rows.x, k), tile_x4(rows.y, k), tile_x4(rows.z, k), tile_x4(rows.w, k));
 }
 
 /// Where slot 4m + j's weights sit in the tile: place 16j + m. The multiplying lane m reads its
@@ -482,9 +495,9 @@ fn store_tile4(t: u32, r: u32, a: vec4<f32>, scale: f32) {
 // Prefill on GPUs: a workgroup of TILE_WG lanes computes TILE_ROWS weight rows for TILE_TOKENS
 // tokens. Each step of TILE_K columns, the lanes dequantize the rows' weights and load the
 // tokens' activations into workgroup memory together (eight adjacent lanes cover a row's 32
-// columns: adjacent words of the same blocks), then each lane multiplies 4 of the rows by 4 of
-// the tokens from there, so every weight read from storage serves TILE_TOKENS tokens and every
-// activation TILE_ROWS rows.
+// columns: adjacent words of the same blocks), then each lane multiplies 4 of the rows by 8 of
+// the tokens from there (12 tile reads per 128 multiply-adds), so every weight read from storage
+// serves TILE_TOKENS tokens and every activation TILE_ROWS rows.
 @compute @workgroup_size(TILE_WG)
 fn matmul_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let r0 = wid.x * outputs_per_block(TILE_ROWS); // the first output row
@@ -493,16 +506,17 @@ fn matmul_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation
     if (r0 >= output_rows() || t0 >= nt) {
         return; // the whole workgroup: both are uniform
     }
-    // Loading: lane l fills column group g of places s, s + 16, s + 32, s + 48 (slots 4s .. 4s + 3)
-    // and of tokens s, s + 16 (clamped to the last token; only real tokens are stored).
+    // Loading: lane l fills column group g of slots 4s .. 4s + 3 and 4s + 32 .. 4s + 35 (places
+    // s + 16j and s + 8 + 16j) and of tokens s, s + 8, s + 16, s + 24 (clamped to the last token;
+    // only real tokens are stored).
     let g = lid % (TILE_K / 4u);
     let s = lid / (TILE_K / 4u);
     let rb = row_bytes(K);
-    let wrow = vec4<u32>(tile_weight_row(r0, 4u * s), tile_weight_row(r0, 4u * s + 1u), tile_weight_row(r0, 4u * s + 2u), tile_weight_row(r0, 4u * s + 3u)) * rb;
-    let xa = min(t0 + s, nt - 1u) * K;
-    let xb = min(t0 + s + 16u, nt - 1u) * K;
-    var sq = vec2<f32>();
-    // Multiplying: lane l computes slots 4·rg .. 4·rg + 3 for tokens 4·tg .. 4·tg + 3; acc_i is
+    let wrow_a = vec4<u32>(tile_weight_row(r0, 4u * s), tile_weight_row(r0, 4u * s + 1u), tile_weight_row(r0, 4u * s + 2u), tile_weight_row(r0, 4u * s + 3u)) * rb;
+    let wrow_b = vec4<u32>(tile_weight_row(r0, 4u * s + 32u), tile_weight_row(r0, 4u * s + 33u), tile_weight_row(r0, 4u * s + 34u), tile_weight_row(r0, 4u * s + 35u)) * rb;
+    let xrow = min(vec4<u32>(t0 + s) + vec4<u32>(0u, 8u, 16u, 24u), vec4<u32>(nt - 1u)) * K;
+    var sq = vec4<f32>();
+    // Multiplying: lane l computes slots 4·rg .. 4·rg + 3 for tokens 8·tg .. 8·tg + 7; acc_i is
     // token i's four sums.
     let rg = lid % 16u;
     let tg = lid / 16u;
@@ -510,77 +524,95 @@ fn matmul_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation
     var acc1 = vec4<f32>();
     var acc2 = vec4<f32>();
     var acc3 = vec4<f32>();
-    // TILE_PRENORM (f16 tiles): tokens s and s + 16's 1 / rms first, from the eight lanes'
-    // partial sums of squares, so the activations enter the tile normalised.
-    var pre = vec2<f32>(1.0);
+    var acc4 = vec4<f32>();
+    var acc5 = vec4<f32>();
+    var acc6 = vec4<f32>();
+    var acc7 = vec4<f32>();
+    // TILE_PRENORM (f16 tiles): the four tokens' 1 / rms first, from the eight lanes' partial
+    // sums of squares, so the activations enter the tile normalised.
+    var pre = vec4<f32>(1.0);
     if (NORM && TILE_PRENORM) {
-        var part = vec2<f32>();
+        var part = vec4<f32>();
         for (var k0 = 0u; k0 < K; k0 += TILE_K) {
-            let a = tile_x4(xa, k0 + g * 4u);
-            let b = tile_x4(xb, k0 + g * 4u);
-            part += vec2<f32>(dot(a, a), dot(b, b));
+            let x = tile_x4x4(xrow, k0 + g * 4u);
+            part += vec4<f32>(dot(x[0], x[0]), dot(x[1], x[1]), dot(x[2], x[2]), dot(x[3], x[3]));
         }
-        sq_parts[lid] = part.x;
-        sq_parts[TILE_WG + lid] = part.y;
+        store_sq_parts(lid, part);
         workgroupBarrier();
-        var full = vec2<f32>();
+        var full = vec4<f32>();
         for (var e = 0u; e < TILE_K / 4u; e++) {
-            full += vec2<f32>(sq_parts[s * (TILE_K / 4u) + e], sq_parts[TILE_WG + s * (TILE_K / 4u) + e]);
+            let l = s * (TILE_K / 4u) + e;
+            full += vec4<f32>(sq_parts[l], sq_parts[TILE_WG + l], sq_parts[2u * TILE_WG + l], sq_parts[3u * TILE_WG + l]);
         }
-        pre = vec2<f32>(inv_rms(full.x), inv_rms(full.y));
+        pre = vec4<f32>(inv_rms(full.x), inv_rms(full.y), inv_rms(full.z), inv_rms(full.w));
         workgroupBarrier(); // sq_parts is written again after the loop
     }
     // Double-buffered through registers: a step's weights and activations are read (and the
     // weights dequantized) before the step before it multiplies, so the reads' latency hides
     // behind that step's arithmetic; workgroup memory holds one tile (two would not fit in
     // 16 KiB with f32 tiles).
-    var w_next = tile_weights(wrow, g * 4u);
-    var a_next = tile_x4(xa, g * 4u);
-    var b_next = tile_x4(xb, g * 4u);
+    var wa_next = tile_weights(wrow_a, g * 4u);
+    var wb_next = tile_weights(wrow_b, g * 4u);
+    var x_next = tile_x4x4(xrow, g * 4u);
     for (var k0 = 0u; k0 < K; k0 += TILE_K) {
         let k = k0 + g * 4u;
-        w_tile[s * TILE_K4 + g] = TileVec(w_next[0]);
-        w_tile[(s + 16u) * TILE_K4 + g] = TileVec(w_next[1]);
-        w_tile[(s + 32u) * TILE_K4 + g] = TileVec(w_next[2]);
-        w_tile[(s + 48u) * TILE_K4 + g] = TileVec(w_next[3]);
+        w_tile[s * TILE_K4 + g] = TileVec(wa_next[0]);
+        w_tile[(s + 16u) * TILE_K4 + g] = TileVec(wa_next[1]);
+        w_tile[(s + 32u) * TILE_K4 + g] = TileVec(wa_next[2]);
+        w_tile[(s + 48u) * TILE_K4 + g] = TileVec(wa_next[3]);
+        w_tile[(s + 8u) * TILE_K4 + g] = TileVec(wb_next[0]);
+        w_tile[(s + 24u) * TILE_K4 + g] = TileVec(wb_next[1]);
+        w_tile[(s + 40u) * TILE_K4 + g] = TileVec(wb_next[2]);
+        w_tile[(s + 56u) * TILE_K4 + g] = TileVec(wb_next[3]);
         if (NORM) {
-            sq += vec2<f32>(dot(a_next, a_next), dot(b_next, b_next));
+            sq += vec4<f32>(dot(x_next[0], x_next[0]), dot(x_next[1], x_next[1]), dot(x_next[2], x_next[2]), dot(x_next[3], x_next[3]));
         }
         let n = tile_norm4(k);
-        x_tile[s * TILE_K4 + g] = TileVec(a_next * n * pre.x);
-        x_tile[(s + 16u) * TILE_K4 + g] = TileVec(b_next * n * pre.y);
+        x_tile[s * TILE_K4 + g] = TileVec(x_next[0] * n * pre.x);
+        x_tile[(s + 8u) * TILE_K4 + g] = TileVec(x_next[1] * n * pre.y);
+        x_tile[(s + 16u) * TILE_K4 + g] = TileVec(x_next[2] * n * pre.z);
+        x_tile[(s + 24u) * TILE_K4 + g] = TileVec(x_next[3] * n * pre.w);
         workgroupBarrier();
         if (k0 + TILE_K < K) {
-            w_next = tile_weights(wrow, k + TILE_K);
-            a_next = tile_x4(xa, k + TILE_K);
-            b_next = tile_x4(xb, k + TILE_K);
+            wa_next = tile_weights(wrow_a, k + TILE_K);
+            wb_next = tile_weights(wrow_b, k + TILE_K);
+            x_next = tile_x4x4(xrow, k + TILE_K);
         }
+        let t = 8u * tg;
         for (var c = 0u; c < TILE_K / 4u; c++) {
             let wm = mat4x4<f32>(tile_w(4u * rg, c), tile_w(4u * rg + 1u, c), tile_w(4u * rg + 2u, c), tile_w(4u * rg + 3u, c));
-            acc0 += tile_x(4u * tg, c) * wm;
-            acc1 += tile_x(4u * tg + 1u, c) * wm;
-            acc2 += tile_x(4u * tg + 2u, c) * wm;
-            acc3 += tile_x(4u * tg + 3u, c) * wm;
+            acc0 += tile_x(t, c) * wm;
+            acc1 += tile_x(t + 1u, c) * wm;
+            acc2 += tile_x(t + 2u, c) * wm;
+            acc3 += tile_x(t + 3u, c) * wm;
+            acc4 += tile_x(t + 4u, c) * wm;
+            acc5 += tile_x(t + 5u, c) * wm;
+            acc6 += tile_x(t + 6u, c) * wm;
+            acc7 += tile_x(t + 7u, c) * wm;
         }
         workgroupBarrier();
     }
-    // Token j's sum of squares: lanes 8(j % 16) .. + 7 hold it, in their first (j < 16) or second value.
-    sq_parts[lid] = sq.x;
-    sq_parts[TILE_WG + lid] = sq.y;
+    // Token 8·tg + i's sum of squares: lanes 8i .. 8i + 7 hold it, in their value tg.
+    store_sq_parts(lid, sq);
     workgroupBarrier();
-    var ss = vec4<f32>();
-    for (var i = 0u; i < 4u; i++) {
-        let j = 4u * tg + i;
-        for (var e = 0u; e < TILE_K / 4u; e++) {
-            ss[i] += sq_parts[j / 16u * TILE_WG + j % 16u * (TILE_K / 4u) + e];
-        }
+    var ss_lo = vec4<f32>();
+    var ss_hi = vec4<f32>();
+    for (var e = 0u; e < TILE_K / 4u; e++) {
+        let l = tg * TILE_WG + e;
+        ss_lo += vec4<f32>(sq_parts[l], sq_parts[l + 8u], sq_parts[l + 16u], sq_parts[l + 24u]);
+        ss_hi += vec4<f32>(sq_parts[l + 32u], sq_parts[l + 40u], sq_parts[l + 48u], sq_parts[l + 56u]);
     }
     let r = r0 + select(4u * rg, 2u * rg, GATED);
-    let t = t0 + 4u * tg;
+    let t = t0 + 8u * tg;
     // Normalised already with TILE_PRENORM.
-    let scale = select(vec4<f32>(inv_rms(ss.x), inv_rms(ss.y), inv_rms(ss.z), inv_rms(ss.w)), vec4<f32>(1.0), TILE_PRENORM);
-    if (t < nt) { store_tile4(t, r, acc0, scale.x); }
-    if (t + 1u < nt) { store_tile4(t + 1u, r, acc1, scale.y); }
-    if (t + 2u < nt) { store_tile4(t + 2u, r, acc2, scale.z); }
-    if (t + 3u < nt) { store_tile4(t + 3u, r, acc3, scale.w); }
+    let lo = select(vec4<f32>(inv_rms(ss_lo.x), inv_rms(ss_lo.y), inv_rms(ss_lo.z), inv_rms(ss_lo.w)), vec4<f32>(1.0), TILE_PRENORM);
+    let hi = select(vec4<f32>(inv_rms(ss_hi.x), inv_rms(ss_hi.y), inv_rms(ss_hi.z), inv_rms(ss_hi.w)), vec4<f32>(1.0), TILE_PRENORM);
+    if (t < nt) { store_tile4(t, r, acc0, lo.x); }
+    if (t + 1u < nt) { store_tile4(t + 1u, r, acc1, lo.y); }
+    if (t + 2u < nt) { store_tile4(t + 2u, r, acc2, lo.z); }
+    if (t + 3u < nt) { store_tile4(t + 3u, r, acc3, lo.w); }
+    if (t + 4u < nt) { store_tile4(t + 4u, r, acc4, hi.x); }
+    if (t + 5u < nt) { store_tile4(t + 5u, r, acc5, hi.y); }
+    if (t + 6u < nt) { store_tile4(t + 6u, r, acc6, hi.z); }
+    if (t + 7u < nt) { store_tile4(t + 7u, r, acc7, hi.w); }
 }
