@@ -6,7 +6,7 @@
 // cover the tools' whole pages (what `cache.pin` of the tools and system prompt pins), and its
 // tokens differ from the request's without tools. Goal: warm with tools at most 1.5× without.
 //
-//   cd playwright-tests && npx playwright test -c bench.config.ts tools   (RADIXLM_BENCH_REPEATS=N: N repeats, 3 by default)
+//   cd playwright-tests && npx playwright test -c bench.config.ts tools   (RADIXLM_BENCH_REPEATS=N: N repeats, 5 by default)
 //
 // Prints a table and writes results/tools.md and .json (RADIXLM_BENCH_OUT elsewhere).
 
