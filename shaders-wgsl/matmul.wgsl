@@ -372,12 +372,12 @@ fn wide_store(r0: u32, nt: u32, lid: u32) {
     }
 }
 
-const TILE_WG: u32 = 64u;      // lanes: 16 slot groups × 4 token groups of 8
+const TILE_WG: u32 = 64u;      // lanes: 8 slot groups × 8 token groups, each 8 × 8
 const TILE_ROWS: u32 = 64u;    // weight-row slots per workgroup (gpu/ops/matmul.rs TILE_ROWS)
-const TILE_TOKENS: u32 = 32u;  // tokens per workgroup (gpu/ops/matmul.rs TILE_TOKENS)
-const TILE_K: u32 = 32u;       // columns per step
+const TILE_TOKENS: u32 = 64u;  // tokens per workgroup (gpu/ops/matmul.rs TILE_TOKENS)
+const TILE_K: u32 = 16u;       // columns per step
 const TILE_K4: u32 = TILE_K / 4u + 1u; // a tile row in vec4s, padded to an odd count (see tile_place)
-// In f32 9 KiB + 4.5 KiB + 1 KiB, under WebGPU's 16 KiB of workgroup storage; TileVec is vec4<f32>
+// In f32 5 KiB + 5 KiB + 1 KiB, under WebGPU's 16 KiB of workgroup storage; TileVec is vec4<f32>
 // or vec4<f16> (tile_f32.wgsl, tile_f16.wgsl).
 var<workgroup> w_tile: array<TileVec, TILE_ROWS * TILE_K4>;   // [place][k / 4] dequantized weights
 var<workgroup> x_tile: array<TileVec, TILE_TOKENS * TILE_K4>; // [token][k / 4] activations (times norm_w)
@@ -385,7 +385,7 @@ var<workgroup> sq_parts: array<f32, 4u * TILE_WG>;              // each lane's s
 
 /// The weight row tile slot s of a workgroup starting at output row r0 reads. GATED: slots
 /// 4g, 4g + 1 are the gate's rows r0 + 2g, r0 + 2g + 1 and slots 4g + 2, 4g + 3 up's same rows,
-/// so one lane's four slots hold both halves of two outputs.
+/// so each four slots of a lane hold both halves of two outputs.
 fn tile_weight_row(r0: u32, s: u32) -> u32 {
     if (GATED) {
         let j = min(r0 + s / 4u * 2u + s % 2u, N - 1u);
@@ -423,6 +423,16 @@ fn tile_x4(row: u32, k: u32) -> vec4<f32> {
     return v;
 }
 
+/// Raw activations k .. k + 3 of the four rows starting at `rows`, zero past K.
+fn tile_x4x4(rows: vec4<u32>, k: u32) -> mat4x4<f32> {
+    return mat4x4<f32>(tile_x4(rows.x, k), tile_x4(rows.y, k), tile_x4(rows.z, k), tile_x4(rows.w, k));
+}
+
+/// The sums of squares of the four columns of `x` (four tokens' activations).
+fn sq4(x: mat4x4<f32>) -> vec4<f32> {
+    return vec4<f32>(dot(x[0], x[0]), dot(x[1], x[1]), dot(x[2], x[2]), dot(x[3], x[3]));
+}
+
 /// Lane `lid`'s sums of squares of its four tokens into `sq_parts`, a token's after another's.
 fn store_sq_parts(lid: u32, sq: vec4<f32>) {
     sq_parts[lid] = sq.x;
@@ -431,18 +441,29 @@ fn store_sq_parts(lid: u32, sq: vec4<f32>) {
     sq_parts[3u * TILE_WG + lid] = sq.w;
 }
 
-/// Raw activations k .. k + 3 of the four rows starting at `rows`, zero past K.
-fn tile_x4x4(rows: vec4<u32>, k: u32) -> mat4x4<f32> {
-    return mat4x4<f32>(tile_x4(rows.x, k), tile_x4(rows.y, k), tile_x4(rows.z, k), tile_x4(rows.w, k));
+/// A loading token's sum of squares from its parts at `at` in `sq_parts`: the TILE_K / 4 lanes
+/// of its column groups hold them side by side.
+fn tile_sq(at: u32) -> f32 {
+    var v = 0.0;
+    for (var g = 0u; g < TILE_K / 4u; g++) {
+        v += sq_parts[at + g];
+    }
+    return v;
 }
 
-/// Where slot 4m + j's weights sit in the tile: place 16j + m. The multiplying lane m reads its
-/// four slots 4m .. 4m + 3, so at each read the 16 lanes of a row group read 16 consecutive
-/// places, TILE_K4 (odd) vec4s apart: every 8 lanes (one 128-byte wavefront of vec4 reads) hit
-/// 8 different bank quads. Slot-major placement put them 4 · TILE_K4 vec4s apart, 16 words
-/// mod 32: two bank quads for 8 lanes, a 4-way conflict.
+/// tile_sq of four consecutive loading tokens from `at`.
+fn tile_sq4(at: u32) -> vec4<f32> {
+    let step = TILE_K / 4u;
+    return vec4<f32>(tile_sq(at), tile_sq(at + step), tile_sq(at + 2u * step), tile_sq(at + 3u * step));
+}
+
+/// Where slot 8m + j's weights sit in the tile: place 8j + m. The multiplying lane m reads its
+/// eight slots 8m .. 8m + 7, so at each read the 8 lanes of a token group (one 128-byte
+/// wavefront of vec4 reads) read 8 consecutive places, TILE_K4 (odd) vec4s apart: 8 different
+/// bank quads. Slot-major placement put them 8 · TILE_K4 vec4s apart, 0 words mod 32: one bank
+/// quad for all 8 lanes.
 fn tile_place(slot: u32) -> u32 {
-    return slot % 4u * 16u + slot / 4u;
+    return slot % 8u * 8u + slot / 8u;
 }
 
 /// Slot s's weights at columns 4c .. 4c + 3 of the tile, in f32.
@@ -492,11 +513,20 @@ fn store_tile4(t: u32, r: u32, a: vec4<f32>, scale: f32) {
     }
 }
 
+/// Stores token t's sums of a lane's eight slots: slots 0-3's from output row out_a, 4-7's
+/// from out_b.
+fn store_tile8(t: u32, out_a: u32, out_b: u32, a: vec4<f32>, b: vec4<f32>, scale: f32) {
+    if (t < params.n_tokens) {
+        store_tile4(t, out_a, a, scale);
+        store_tile4(t, out_b, b, scale);
+    }
+}
+
 // Prefill on GPUs: a workgroup of TILE_WG lanes computes TILE_ROWS weight rows for TILE_TOKENS
 // tokens. Each step of TILE_K columns, the lanes dequantize the rows' weights and load the
-// tokens' activations into workgroup memory together (eight adjacent lanes cover a row's 32
-// columns: adjacent words of the same blocks), then each lane multiplies 4 of the rows by 8 of
-// the tokens from there (12 tile reads per 128 multiply-adds), so every weight read from storage
+// tokens' activations into workgroup memory together (four adjacent lanes cover a row's 16
+// columns: adjacent words of the same blocks), then each lane multiplies 8 of the rows by 8 of
+// the tokens from there (16 tile reads per 256 multiply-adds), so every weight read from storage
 // serves TILE_TOKENS tokens and every activation TILE_ROWS rows.
 @compute @workgroup_size(TILE_WG)
 fn matmul_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -506,113 +536,121 @@ fn matmul_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation
     if (r0 >= output_rows() || t0 >= nt) {
         return; // the whole workgroup: both are uniform
     }
-    // Loading: lane l fills column group g of slots 4s .. 4s + 3 and 4s + 32 .. 4s + 35 (places
-    // s + 16j and s + 8 + 16j) and of tokens s, s + 8, s + 16, s + 24 (clamped to the last token;
-    // only real tokens are stored).
+    // Loading: lane l fills column group g of slots s, s + 16, s + 32, s + 48 and of tokens s,
+    // s + 16, s + 32, s + 48 (clamped to the last token; only real tokens are stored).
     let g = lid % (TILE_K / 4u);
     let s = lid / (TILE_K / 4u);
     let rb = row_bytes(K);
-    let wrow_a = vec4<u32>(tile_weight_row(r0, 4u * s), tile_weight_row(r0, 4u * s + 1u), tile_weight_row(r0, 4u * s + 2u), tile_weight_row(r0, 4u * s + 3u)) * rb;
-    let wrow_b = vec4<u32>(tile_weight_row(r0, 4u * s + 32u), tile_weight_row(r0, 4u * s + 33u), tile_weight_row(r0, 4u * s + 34u), tile_weight_row(r0, 4u * s + 35u)) * rb;
-    let xrow = min(vec4<u32>(t0 + s) + vec4<u32>(0u, 8u, 16u, 24u), vec4<u32>(nt - 1u)) * K;
+    let wrow = vec4<u32>(tile_weight_row(r0, s), tile_weight_row(r0, s + 16u), tile_weight_row(r0, s + 32u), tile_weight_row(r0, s + 48u)) * rb;
+    let xrow = min(vec4<u32>(t0 + s) + vec4<u32>(0u, 16u, 32u, 48u), vec4<u32>(nt - 1u)) * K;
     var sq = vec4<f32>();
-    // Multiplying: lane l computes slots 4·rg .. 4·rg + 3 for tokens 8·tg .. 8·tg + 7; acc_i is
-    // token i's four sums.
-    let rg = lid % 16u;
-    let tg = lid / 16u;
-    var acc0 = vec4<f32>();
-    var acc1 = vec4<f32>();
-    var acc2 = vec4<f32>();
-    var acc3 = vec4<f32>();
-    var acc4 = vec4<f32>();
-    var acc5 = vec4<f32>();
-    var acc6 = vec4<f32>();
-    var acc7 = vec4<f32>();
-    // TILE_PRENORM (f16 tiles): the four tokens' 1 / rms first, from the eight lanes' partial
+    // Multiplying: lane l computes slots 8·rg .. 8·rg + 7 for tokens 8·tg .. 8·tg + 7; a_i and
+    // b_i are token i's sums of the first and last four slots.
+    let rg = lid % 8u;
+    let tg = lid / 8u;
+    var a0 = vec4<f32>();
+    var a1 = vec4<f32>();
+    var a2 = vec4<f32>();
+    var a3 = vec4<f32>();
+    var a4 = vec4<f32>();
+    var a5 = vec4<f32>();
+    var a6 = vec4<f32>();
+    var a7 = vec4<f32>();
+    var b0 = vec4<f32>();
+    var b1 = vec4<f32>();
+    var b2 = vec4<f32>();
+    var b3 = vec4<f32>();
+    var b4 = vec4<f32>();
+    var b5 = vec4<f32>();
+    var b6 = vec4<f32>();
+    var b7 = vec4<f32>();
+    // TILE_PRENORM (f16 tiles): the four tokens' 1 / rms first, from their four lanes' partial
     // sums of squares, so the activations enter the tile normalised.
     var pre = vec4<f32>(1.0);
     if (NORM && TILE_PRENORM) {
         var part = vec4<f32>();
         for (var k0 = 0u; k0 < K; k0 += TILE_K) {
-            let x = tile_x4x4(xrow, k0 + g * 4u);
-            part += vec4<f32>(dot(x[0], x[0]), dot(x[1], x[1]), dot(x[2], x[2]), dot(x[3], x[3]));
+            part += sq4(tile_x4x4(xrow, k0 + g * 4u));
         }
         store_sq_parts(lid, part);
         workgroupBarrier();
-        var full = vec4<f32>();
-        for (var e = 0u; e < TILE_K / 4u; e++) {
-            let l = s * (TILE_K / 4u) + e;
-            full += vec4<f32>(sq_parts[l], sq_parts[TILE_WG + l], sq_parts[2u * TILE_WG + l], sq_parts[3u * TILE_WG + l]);
-        }
-        pre = vec4<f32>(inv_rms(full.x), inv_rms(full.y), inv_rms(full.z), inv_rms(full.w));
+        let l = s * (TILE_K / 4u);
+        pre = inv_rms4(vec4<f32>(tile_sq(l), tile_sq(TILE_WG + l), tile_sq(2u * TILE_WG + l), tile_sq(3u * TILE_WG + l)));
         workgroupBarrier(); // sq_parts is written again after the loop
     }
     // Double-buffered through registers: a step's weights and activations are read (and the
     // weights dequantized) before the step before it multiplies, so the reads' latency hides
-    // behind that step's arithmetic; workgroup memory holds one tile (two would not fit in
-    // 16 KiB with f32 tiles).
-    var wa_next = tile_weights(wrow_a, g * 4u);
-    var wb_next = tile_weights(wrow_b, g * 4u);
+    // behind that step's arithmetic; workgroup memory holds one tile.
+    var w_next = tile_weights(wrow, g * 4u);
     var x_next = tile_x4x4(xrow, g * 4u);
     for (var k0 = 0u; k0 < K; k0 += TILE_K) {
         let k = k0 + g * 4u;
-        w_tile[s * TILE_K4 + g] = TileVec(wa_next[0]);
-        w_tile[(s + 16u) * TILE_K4 + g] = TileVec(wa_next[1]);
-        w_tile[(s + 32u) * TILE_K4 + g] = TileVec(wa_next[2]);
-        w_tile[(s + 48u) * TILE_K4 + g] = TileVec(wa_next[3]);
-        w_tile[(s + 8u) * TILE_K4 + g] = TileVec(wb_next[0]);
-        w_tile[(s + 24u) * TILE_K4 + g] = TileVec(wb_next[1]);
-        w_tile[(s + 40u) * TILE_K4 + g] = TileVec(wb_next[2]);
-        w_tile[(s + 56u) * TILE_K4 + g] = TileVec(wb_next[3]);
+        w_tile[tile_place(s) * TILE_K4 + g] = TileVec(w_next[0]);
+        w_tile[tile_place(s + 16u) * TILE_K4 + g] = TileVec(w_next[1]);
+        w_tile[tile_place(s + 32u) * TILE_K4 + g] = TileVec(w_next[2]);
+        w_tile[tile_place(s + 48u) * TILE_K4 + g] = TileVec(w_next[3]);
         if (NORM) {
-            sq += vec4<f32>(dot(x_next[0], x_next[0]), dot(x_next[1], x_next[1]), dot(x_next[2], x_next[2]), dot(x_next[3], x_next[3]));
+            sq += sq4(x_next);
         }
         let n = tile_norm4(k);
         x_tile[s * TILE_K4 + g] = TileVec(x_next[0] * n * pre.x);
-        x_tile[(s + 8u) * TILE_K4 + g] = TileVec(x_next[1] * n * pre.y);
-        x_tile[(s + 16u) * TILE_K4 + g] = TileVec(x_next[2] * n * pre.z);
-        x_tile[(s + 24u) * TILE_K4 + g] = TileVec(x_next[3] * n * pre.w);
+        x_tile[(s + 16u) * TILE_K4 + g] = TileVec(x_next[1] * n * pre.y);
+        x_tile[(s + 32u) * TILE_K4 + g] = TileVec(x_next[2] * n * pre.z);
+        x_tile[(s + 48u) * TILE_K4 + g] = TileVec(x_next[3] * n * pre.w);
         workgroupBarrier();
         if (k0 + TILE_K < K) {
-            wa_next = tile_weights(wrow_a, k + TILE_K);
-            wb_next = tile_weights(wrow_b, k + TILE_K);
+            w_next = tile_weights(wrow, k + TILE_K);
             x_next = tile_x4x4(xrow, k + TILE_K);
         }
         let t = 8u * tg;
+        let r = 8u * rg;
         for (var c = 0u; c < TILE_K / 4u; c++) {
-            let wm = mat4x4<f32>(tile_w(4u * rg, c), tile_w(4u * rg + 1u, c), tile_w(4u * rg + 2u, c), tile_w(4u * rg + 3u, c));
-            acc0 += tile_x(t, c) * wm;
-            acc1 += tile_x(t + 1u, c) * wm;
-            acc2 += tile_x(t + 2u, c) * wm;
-            acc3 += tile_x(t + 3u, c) * wm;
-            acc4 += tile_x(t + 4u, c) * wm;
-            acc5 += tile_x(t + 5u, c) * wm;
-            acc6 += tile_x(t + 6u, c) * wm;
-            acc7 += tile_x(t + 7u, c) * wm;
+            let wa = mat4x4<f32>(tile_w(r, c), tile_w(r + 1u, c), tile_w(r + 2u, c), tile_w(r + 3u, c));
+            let wb = mat4x4<f32>(tile_w(r + 4u, c), tile_w(r + 5u, c), tile_w(r + 6u, c), tile_w(r + 7u, c));
+            var xt = tile_x(t, c);
+            a0 += xt * wa;
+            b0 += xt * wb;
+            xt = tile_x(t + 1u, c);
+            a1 += xt * wa;
+            b1 += xt * wb;
+            xt = tile_x(t + 2u, c);
+            a2 += xt * wa;
+            b2 += xt * wb;
+            xt = tile_x(t + 3u, c);
+            a3 += xt * wa;
+            b3 += xt * wb;
+            xt = tile_x(t + 4u, c);
+            a4 += xt * wa;
+            b4 += xt * wb;
+            xt = tile_x(t + 5u, c);
+            a5 += xt * wa;
+            b5 += xt * wb;
+            xt = tile_x(t + 6u, c);
+            a6 += xt * wa;
+            b6 += xt * wb;
+            xt = tile_x(t + 7u, c);
+            a7 += xt * wa;
+            b7 += xt * wb;
         }
         workgroupBarrier();
     }
-    // Token 8·tg + i's sum of squares: lanes 8i .. 8i + 7 hold it, in their value tg.
+    // Token 8·tg + i was loaded as token (8·tg + i) % 16 + 16j, j = tg / 2, by the lanes
+    // 4 · ((8·tg + i) % 16) + g: its parts sit there in row j of sq_parts.
     store_sq_parts(lid, sq);
     workgroupBarrier();
-    var ss_lo = vec4<f32>();
-    var ss_hi = vec4<f32>();
-    for (var e = 0u; e < TILE_K / 4u; e++) {
-        let l = tg * TILE_WG + e;
-        ss_lo += vec4<f32>(sq_parts[l], sq_parts[l + 8u], sq_parts[l + 16u], sq_parts[l + 24u]);
-        ss_hi += vec4<f32>(sq_parts[l + 32u], sq_parts[l + 40u], sq_parts[l + 48u], sq_parts[l + 56u]);
-    }
-    let r = r0 + select(4u * rg, 2u * rg, GATED);
-    let t = t0 + 8u * tg;
+    let at = tg / 2u * TILE_WG + tg % 2u * 32u;
     // Normalised already with TILE_PRENORM.
-    let lo = select(vec4<f32>(inv_rms(ss_lo.x), inv_rms(ss_lo.y), inv_rms(ss_lo.z), inv_rms(ss_lo.w)), vec4<f32>(1.0), TILE_PRENORM);
-    let hi = select(vec4<f32>(inv_rms(ss_hi.x), inv_rms(ss_hi.y), inv_rms(ss_hi.z), inv_rms(ss_hi.w)), vec4<f32>(1.0), TILE_PRENORM);
-    if (t < nt) { store_tile4(t, r, acc0, lo.x); }
-    if (t + 1u < nt) { store_tile4(t + 1u, r, acc1, lo.y); }
-    if (t + 2u < nt) { store_tile4(t + 2u, r, acc2, lo.z); }
-    if (t + 3u < nt) { store_tile4(t + 3u, r, acc3, lo.w); }
-    if (t + 4u < nt) { store_tile4(t + 4u, r, acc4, hi.x); }
-    if (t + 5u < nt) { store_tile4(t + 5u, r, acc5, hi.y); }
-    if (t + 6u < nt) { store_tile4(t + 6u, r, acc6, hi.z); }
-    if (t + 7u < nt) { store_tile4(t + 7u, r, acc7, hi.w); }
+    let lo = select(inv_rms4(tile_sq4(at)), vec4<f32>(1.0), TILE_PRENORM);
+    let hi = select(inv_rms4(tile_sq4(at + 16u)), vec4<f32>(1.0), TILE_PRENORM);
+    let out_a = r0 + select(8u * rg, 4u * rg, GATED); // slots 0-3's first output row
+    let out_b = out_a + select(4u, 2u, GATED);
+    let t = t0 + 8u * tg;
+    store_tile8(t, out_a, out_b, a0, b0, lo.x);
+    store_tile8(t + 1u, out_a, out_b, a1, b1, lo.y);
+    store_tile8(t + 2u, out_a, out_b, a2, b2, lo.z);
+    store_tile8(t + 3u, out_a, out_b, a3, b3, lo.w);
+    store_tile8(t + 4u, out_a, out_b, a4, b4, hi.x);
+    store_tile8(t + 5u, out_a, out_b, a5, b5, hi.y);
+    store_tile8(t + 6u, out_a, out_b, a6, b6, hi.z);
+    store_tile8(t + 7u, out_a, out_b, a7, b7, hi.w);
 }

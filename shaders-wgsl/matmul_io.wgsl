@@ -68,6 +68,11 @@ fn inv_rms(sum_sq: f32) -> f32 {
     return select(1.0, inverseSqrt(sum_sq / f32(K) + EPS), NORM);
 }
 
+/// inv_rms of four rows.
+fn inv_rms4(sum_sq: vec4<f32>) -> vec4<f32> {
+    return select(vec4<f32>(1.0), inverseSqrt(sum_sq / f32(K) + EPS), NORM);
+}
+
 fn weight_word(i: u32) -> u32 {
     return w[i];
 }

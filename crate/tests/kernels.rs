@@ -137,7 +137,7 @@ fn matmul_every_type_and_shape() {
                 let row = ty.row_bytes(fit_k(ty, 96)).unwrap() as u64;
                 check_matmul(gpu, &mut rng, MatmulShape::Rows, ty, t, fit_k(ty, 96), 64, Some(5 * row + 3), true);
             }
-            // The GPU shapes: decode (up to MATVEC_MAX_T tokens) and prefill tiles (32 tokens,
+            // The GPU shapes: decode (up to MATVEC_MAX_T tokens) and prefill tiles (64 tokens,
             // 64 rows); odd rows and row lengths, parts.
             for t in [1, 4, 5, 70] {
                 check_matmul(gpu, &mut rng, MatmulShape::WIDE, ty, t, odd_k, 257, None, false);

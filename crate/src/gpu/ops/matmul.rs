@@ -41,7 +41,7 @@ const MV_WG: u32 = 64;
 const MV_ROWS: u32 = 4;
 /// `matmul_tiled`: weight rows and tokens per workgroup (matmul.wgsl TILE_ROWS, TILE_TOKENS).
 const TILE_ROWS: u32 = 64;
-const TILE_TOKENS: u32 = 32;
+const TILE_TOKENS: u32 = 64;
 
 /// How products are shaped for the adapter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,7 +49,7 @@ pub enum MatmulShape {
     /// Real GPUs, the default. Decode steps (at most MATVEC_MAX_T tokens) in `matvec_wide`: 64
     /// lanes split each row's weights with coalesced loads and add their sums in workgroup
     /// memory (with `subgroups`, by subgroup operations: `matvec_subgroup`), four rows per
-    /// workgroup. Prefill in `matmul_tiled`: tiles of 64 rows × 32 tokens through workgroup
+    /// workgroup. Prefill in `matmul_tiled`: tiles of 64 rows × 64 tokens through workgroup
     /// memory, in f16 with `f16_tiles` (tile_f16.wgsl).
     Wide { f16_tiles: bool, subgroups: bool },
     /// `matmul_rows`, each thread computing 8 rows for one token (decode) or four (prefill):
