@@ -18,7 +18,7 @@ override HKV: u32;        // KV heads (divides H, H / HKV <= MAX_G)
 override D: u32;          // head dimension (even, <= MAX_D)
 override PAGE: u32 = 16u; // tokens per page
 override TK: u32;         // keys per tile (gpu/ops/attention_paged.rs tile_keys: TK · (D/2 + 1) <= TILE_WORDS)
-override TB: u32 = MAX_G / (H / HKV); // tokens per workgroup of `partial` (gpu/ops/attention_paged.rs tokens_per_block)
+override TB: u32;         // tokens per workgroup of `partial` (gpu/ops/attention_paged.rs tokens_per_block)
 override WINDOW: u32 = 0u; // a sliding-window layer's positions per query, its own included; 0: every position
 override SCALE: f32;       // q·k's scale: 1/sqrt(D) for most models
 
@@ -41,18 +41,21 @@ struct SplitParams {
 const WG: u32 = 64u;
 const MAX_D: u32 = 256u;      // gpu/ops/attention_paged.rs MAX_HEAD_DIM
 const MAX_G: u32 = 8u;        // gpu/ops/attention_paged.rs MAX_GROUP
-const MAX_TK: u32 = 32u;      // gpu/ops/attention_paged.rs MAX_TILE_KEYS
+const MAX_ROWS: u32 = 32u;    // gpu/ops/attention_paged.rs MAX_BLOCK_ROWS: (token, query head) rows of `partial`
+const PROB_WORDS: u32 = 768u; // gpu/ops/attention_paged.rs PROB_WORDS: rows × TK of `partial`'s scores
 const TILE_WORDS: u32 = 1040u; // gpu/ops/attention_paged.rs TILE_WORDS: 16 keys of D = 128, 8 of D = 256
 const OUT_PER_LANE: u32 = MAX_G * MAX_D / 2u / WG;
 const NEG_BIG: f32 = -3.40282346e38; // a finite -inf: exp(NEG_BIG - m) is 0 without inf - inf
 
-// 8 KiB + 4160 B + 1 KiB + 96 B, under WebGPU's 16 KiB of workgroup storage.
-var<workgroup> qs: array<vec2<f32>, MAX_G * MAX_D / 2u>; // [r][i] the rows' queries, pre-scaled by 1/sqrt(D)
+// 8 KiB + 4160 B + 3 KiB + 384 B, under WebGPU's 16 KiB of workgroup storage. A block's rows
+// hold at most MAX_G · MAX_D / D queries and PROB_WORDS / TK scores a tile: the smaller the
+// head, the more tokens share each tile of keys and values.
+var<workgroup> qs: array<vec2<f32>, MAX_G * MAX_D / 2u>; // [r][i] the rows' (or decode's heads') queries, pre-scaled by 1/sqrt(D)
 var<workgroup> tile: array<u32, TILE_WORDS>;              // [j][i] a tile's keys, then its values (rows padded by a word)
-var<workgroup> probs: array<f32, MAX_G * MAX_TK>;         // [r][j] scores, then exp(score - running max)
-var<workgroup> run_max: array<f32, MAX_G>;
-var<workgroup> run_sum: array<f32, MAX_G>;
-var<workgroup> correction: array<f32, MAX_G>;
+var<workgroup> probs: array<f32, PROB_WORDS>;             // [r][j] scores, then exp(score - running max)
+var<workgroup> run_max: array<f32, MAX_ROWS>;
+var<workgroup> run_sum: array<f32, MAX_ROWS>;
+var<workgroup> correction: array<f32, MAX_ROWS>;
 
 // The first position a query at position `pos` sees.
 fn first_key(pos: u32) -> u32 {
@@ -131,19 +134,19 @@ fn partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
                     score += dot(unpack2x16float(tile[j * row + i]), qs[r * half_d + i]);
                 }
             }
-            probs[r * MAX_TK + j] = score;
+            probs[r * TK + j] = score;
         }
         workgroupBarrier();
         if (lid < n_rows) {
             let r = lid;
             var m_new = run_max[r];
             for (var j = 0u; j < n; j++) {
-                m_new = max(m_new, probs[r * MAX_TK + j]);
+                m_new = max(m_new, probs[r * TK + j]);
             }
             var sum = 0.0;
             for (var j = 0u; j < n; j++) {
-                let p = exp(probs[r * MAX_TK + j] - m_new);
-                probs[r * MAX_TK + j] = p;
+                let p = exp(probs[r * TK + j] - m_new);
+                probs[r * TK + j] = p;
                 sum += p;
             }
             correction[r] = exp(run_max[r] - m_new);
@@ -159,7 +162,7 @@ fn partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
                 let i = o % half_d;
                 var a = acc[u] * correction[r];
                 for (var j = 0u; j < n; j++) {
-                    a += probs[r * MAX_TK + j] * unpack2x16float(tile[j * row + i]);
+                    a += probs[r * TK + j] * unpack2x16float(tile[j * row + i]);
                 }
                 acc[u] = a;
             }

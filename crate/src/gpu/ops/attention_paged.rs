@@ -38,6 +38,11 @@ pub fn check_shape(cfg: &crate::model::Config) -> Result<(), crate::model::Model
 /// keys in a tile (MAX_TK).
 const TILE_WORDS: u32 = 1040;
 const MAX_TILE_KEYS: u32 = 32;
+/// `partial`'s (token, query head) rows a workgroup (attention_paged.wgsl MAX_ROWS), its score
+/// words a tile (PROB_WORDS) and its query words (MAX_G · MAX_D).
+const MAX_BLOCK_ROWS: u32 = 32;
+const PROB_WORDS: u32 = 768;
+const QUERY_WORDS: u32 = (MAX_GROUP * MAX_HEAD_DIM) as u32;
 /// Workgroups a step should give the GPU at least, so that one decoded token over a long
 /// prefix fills a phone's or a desktop's GPU; splits stop at two tiles of keys each.
 const TARGET_WORKGROUPS: u32 = 256;
@@ -121,10 +126,12 @@ struct RowsKernels {
     pv: wgpu::ComputePipeline,
 }
 
-/// Tokens per workgroup of `partial` (attention_paged.wgsl TB): as many as make MAX_GROUP rows
-/// of (token, query head).
-fn tokens_per_block(n_heads: u32, n_kv_heads: u32) -> u32 {
-    MAX_GROUP as u32 / (n_heads / n_kv_heads)
+/// Tokens per workgroup of `partial` (attention_paged.wgsl TB): as many as workgroup memory has
+/// rows of (token, query head) for, so that the smaller the head, the more tokens share each
+/// tile of keys and values (SmolLM2's heads of 64 in groups of 3: 8 tokens; heads of 256: 2).
+fn tokens_per_block(n_heads: u32, n_kv_heads: u32, head_dim: u32, tile_keys: u32) -> u32 {
+    let rows = MAX_BLOCK_ROWS.min(QUERY_WORDS / head_dim).min(PROB_WORDS / tile_keys);
+    (rows / (n_heads / n_kv_heads)).max(1)
 }
 
 /// Keys per tile for a head dimension: as many as the tile's workgroup words hold (rows of
@@ -178,6 +185,7 @@ impl AttentionPaged {
                 .with("D", head_dim as u32)
                 .with("PAGE", page_size as u32)
                 .with("TK", tile_keys)
+                .with("TB", tokens_per_block(n_heads as u32, n_kv_heads as u32, head_dim as u32, tile_keys))
                 .with("WINDOW", mask.window.unwrap_or(0) as u32)
                 .with("SCALE", mask.scale)
         };
@@ -232,7 +240,7 @@ impl AttentionPaged {
         }
         let (unit, wanted, min_units) = match self.shape {
             AttentionShape::Tiled => {
-                let blocks = n_tokens.div_ceil(tokens_per_block(self.n_heads, self.n_kv_heads));
+                let blocks = n_tokens.div_ceil(tokens_per_block(self.n_heads, self.n_kv_heads, self.head_dim, self.tile_keys));
                 (self.tile_keys, TARGET_WORKGROUPS.div_ceil(blocks * self.n_kv_heads), MIN_TILES_PER_SPLIT)
             }
             AttentionShape::Lanes => (1, TARGET_LANES.div_ceil(n_tokens * self.n_heads), MIN_KEYS_PER_LANE),
@@ -308,7 +316,7 @@ impl AttentionPaged {
         pass.set_pipeline(&self.partial);
         match self.shape {
             // splits ≤ 64, heads and tokens: all far below 65535.
-            AttentionShape::Tiled => pass.dispatch_workgroups(plan.splits, self.n_kv_heads, n_tokens.div_ceil(tokens_per_block(self.n_heads, self.n_kv_heads))),
+            AttentionShape::Tiled => pass.dispatch_workgroups(plan.splits, self.n_kv_heads, n_tokens.div_ceil(tokens_per_block(self.n_heads, self.n_kv_heads, self.head_dim, self.tile_keys))),
             AttentionShape::Lanes => dispatch_linear(pass, (n_tokens * self.n_heads * plan.splits).div_ceil(LANES)),
         }
         pass.set_pipeline(&self.combine);
