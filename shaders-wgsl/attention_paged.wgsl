@@ -113,28 +113,44 @@ fn partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
         run_max[lid] = NEG_BIG;
         run_sum[lid] = 0.0;
     }
-    var acc = array<vec2<f32>, OUT_PER_LANE>(); // output pairs lid, lid + WG, … of [r][i]
+    // Rows go in quads, so that each read of a key or value pair serves four rows (the last
+    // quad's rows past n_rows compute what is never stored; TB · G rounded up to quads fits
+    // every array).
+    let n_quads = (n_rows + 3u) / 4u;
+    // Output pair i of quad rows 4m .. 4m + 3 for entries m · half_d + i = lid, lid + WG, …:
+    // entry u's rows in acc[4u] .. acc[4u + 3].
+    var acc = array<vec2<f32>, OUT_PER_LANE>();
     workgroupBarrier();
 
     for (var k0 = k_begin; k0 < k_end; k0 += TK) {
         let n = min(TK, k_end - k0);
         load_tile(true, k0, n, kh, lid);
         workgroupBarrier();
-        for (var e = lid; e < n_rows * TK; e += WG) {
-            let r = e / TK;
+        for (var e = lid; e < n_quads * TK; e += WG) {
+            let r0 = e / TK * 4u;
             let j = e % TK;
-            var score = NEG_BIG;
             // Row r's token attends keys first_key(pos) ..= pos, pos = start_pos + t0 + r / G. A
             // row none of whose keys are in this split leaves values the combine never reads;
-            // tiles before a row's first key weigh nothing once its max is a real score.
-            let pos = params.start_pos + t0 + r / g_count;
-            if (j < n && k0 + j <= pos && k0 + j >= first_key(pos)) {
-                score = 0.0;
+            // tiles before a row's first key weigh nothing once its max is a real score. The
+            // quad's rows together see first_key(their first pos) ..= their last pos.
+            let pos0 = params.start_pos + t0 + r0 / g_count;
+            let pos3 = params.start_pos + t0 + min(r0 + 3u, n_rows - 1u) / g_count;
+            let key = k0 + j;
+            var sc = vec4<f32>();
+            if (j < n && key <= pos3 && key >= first_key(pos0)) {
+                let at = r0 * half_d;
                 for (var i = 0u; i < half_d; i++) {
-                    score += dot(unpack2x16float(tile[j * row + i]), qs[r * half_d + i]);
+                    let kv = unpack2x16float(tile[j * row + i]);
+                    sc += vec4<f32>(dot(kv, qs[at + i]), dot(kv, qs[at + half_d + i]), dot(kv, qs[at + 2u * half_d + i]), dot(kv, qs[at + 3u * half_d + i]));
                 }
             }
-            probs[r * TK + j] = score;
+            for (var u = 0u; u < 4u; u++) {
+                let r = r0 + u;
+                let pos = params.start_pos + t0 + r / g_count;
+                if (r < n_rows) {
+                    probs[r * TK + j] = select(NEG_BIG, sc[u], j < n && key <= pos && key >= first_key(pos));
+                }
+            }
         }
         workgroupBarrier();
         if (lid < n_rows) {
@@ -155,16 +171,26 @@ fn partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
         }
         load_tile(false, k0, n, kh, lid); // the keys are scored: the tile takes the values
         workgroupBarrier();
-        for (var u = 0u; u < OUT_PER_LANE; u++) {
-            let o = lid + u * WG;
-            if (o < n_rows * half_d) {
-                let r = o / half_d;
-                let i = o % half_d;
-                var a = acc[u] * correction[r];
+        for (var u = 0u; u < OUT_PER_LANE / 4u; u++) {
+            let e = lid + u * WG;
+            if (e < n_quads * half_d) {
+                let r0 = e / half_d * 4u;
+                let i = e % half_d;
+                var a0 = acc[4u * u] * correction[r0];
+                var a1 = acc[4u * u + 1u] * correction[r0 + 1u];
+                var a2 = acc[4u * u + 2u] * correction[r0 + 2u];
+                var a3 = acc[4u * u + 3u] * correction[r0 + 3u];
                 for (var j = 0u; j < n; j++) {
-                    a += probs[r * TK + j] * unpack2x16float(tile[j * row + i]);
+                    let v = unpack2x16float(tile[j * row + i]);
+                    a0 += probs[r0 * TK + j] * v;
+                    a1 += probs[(r0 + 1u) * TK + j] * v;
+                    a2 += probs[(r0 + 2u) * TK + j] * v;
+                    a3 += probs[(r0 + 3u) * TK + j] * v;
                 }
-                acc[u] = a;
+                acc[4u * u] = a0;
+                acc[4u * u + 1u] = a1;
+                acc[4u * u + 2u] = a2;
+                acc[4u * u + 3u] = a3;
             }
         }
         workgroupBarrier(); // the next tile overwrites `tile` and `probs`
@@ -172,14 +198,16 @@ fn partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
 
     // Row r is query head kh·G + r % G of token t0 + r / G.
     let stride = D + 2u;
-    for (var u = 0u; u < OUT_PER_LANE; u++) {
-        let o = lid + u * WG;
-        if (o < n_rows * half_d) {
-            let r = o / half_d;
-            let i = o % half_d;
-            let at = ((t0 * H + (r / g_count) * H + kh * g_count + r % g_count) * split.splits + s) * stride + 2u * i;
-            scratch[at] = acc[u].x;
-            scratch[at + 1u] = acc[u].y;
+    for (var u = 0u; u < OUT_PER_LANE / 4u; u++) {
+        let e = lid + u * WG;
+        let i = e % half_d;
+        for (var v = 0u; v < 4u; v++) {
+            let r = e / half_d * 4u + v;
+            if (e < n_quads * half_d && r < n_rows) {
+                let at = ((t0 * H + (r / g_count) * H + kh * g_count + r % g_count) * split.splits + s) * stride + 2u * i;
+                scratch[at] = acc[4u * u + v].x;
+                scratch[at + 1u] = acc[4u * u + v].y;
+            }
         }
     }
     if (lid < n_rows) {

@@ -127,11 +127,13 @@ struct RowsKernels {
 }
 
 /// Tokens per workgroup of `partial` (attention_paged.wgsl TB): as many as workgroup memory has
-/// rows of (token, query head) for, so that the smaller the head, the more tokens share each
-/// tile of keys and values (SmolLM2's heads of 64 in groups of 3: 8 tokens; heads of 256: 2).
+/// rows of (token, query head) for, rounded up to quads of rows, so that the smaller the head,
+/// the more tokens share each tile of keys and values (SmolLM2's heads of 64 in groups of 3:
+/// 8 tokens; heads of 256: 2). One token's rows always fit (G <= 8 rows of D <= 256).
 fn tokens_per_block(n_heads: u32, n_kv_heads: u32, head_dim: u32, tile_keys: u32) -> u32 {
     let rows = MAX_BLOCK_ROWS.min(QUERY_WORDS / head_dim).min(PROB_WORDS / tile_keys);
-    (rows / (n_heads / n_kv_heads)).max(1)
+    let group = n_heads / n_kv_heads;
+    (1..=rows / group).rev().find(|&t| (t * group).next_multiple_of(4) <= rows).unwrap_or(1)
 }
 
 /// Keys per tile for a head dimension: as many as the tile's workgroup words hold (rows of
