@@ -197,24 +197,42 @@ fn partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
     }
 
     // Row r is query head kh·G + r % G of token t0 + r / G.
-    let stride = D + 2u;
     for (var u = 0u; u < OUT_PER_LANE / 4u; u++) {
         let e = lid + u * WG;
         let i = e % half_d;
         for (var v = 0u; v < 4u; v++) {
             let r = e / half_d * 4u + v;
             if (e < n_quads * half_d && r < n_rows) {
-                let at = ((t0 * H + (r / g_count) * H + kh * g_count + r % g_count) * split.splits + s) * stride + 2u * i;
-                scratch[at] = acc[4u * u + v].x;
-                scratch[at + 1u] = acc[4u * u + v].y;
+                store_split_pair((t0 + r / g_count) * H + kh * g_count + r % g_count, s, i, acc[4u * u + v], run_sum[r]);
             }
         }
     }
     if (lid < n_rows) {
         let r = lid;
-        let at = ((t0 * H + (r / g_count) * H + kh * g_count + r % g_count) * split.splits + s) * stride + D;
-        scratch[at] = run_max[r];
-        scratch[at + 1u] = run_sum[r];
+        store_split_stats((t0 + r / g_count) * H + kh * g_count + r % g_count, s, run_max[r], run_sum[r]);
+    }
+}
+
+// Split s's unnormalised output pair i of (token, query head) th, whose softmax sum is `sum`:
+// into `scratch` for `combine`, or, when the step's keys are one split, normalised straight into
+// `out` (then no `combine` runs: gpu/ops/attention_paged.rs encode).
+fn store_split_pair(th: u32, s: u32, i: u32, pair: vec2<f32>, sum: f32) {
+    if (split.splits == 1u) {
+        out[th * D + 2u * i] = pair.x / sum;
+        out[th * D + 2u * i + 1u] = pair.y / sum;
+        return;
+    }
+    let at = (th * split.splits + s) * (D + 2u) + 2u * i;
+    scratch[at] = pair.x;
+    scratch[at + 1u] = pair.y;
+}
+
+// Split s's running max and sum for `combine` (none with one split).
+fn store_split_stats(th: u32, s: u32, m: f32, l: f32) {
+    if (split.splits > 1u) {
+        let at = (th * split.splits + s) * (D + 2u) + D;
+        scratch[at] = m;
+        scratch[at + 1u] = l;
     }
 }
 
@@ -382,14 +400,10 @@ fn lanes(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: ve
         }
         m = m_new;
     }
-    let stride = D + 2u;
-    let at = ((t * H + h) * split.splits + s) * stride;
     for (var i = 0u; i < half_d; i++) {
-        scratch[at + 2u * i] = acc[i].x;
-        scratch[at + 2u * i + 1u] = acc[i].y;
+        store_split_pair(t * H + h, s, i, acc[i], l);
     }
-    scratch[at + D] = m;
-    scratch[at + D + 1u] = l;
+    store_split_stats(t * H + h, s, m, l);
 }
 
 // One workgroup per (query head, token): the splits' outputs rescaled to the common max.

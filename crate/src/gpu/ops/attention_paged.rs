@@ -1,7 +1,8 @@
 //! Causal GQA attention over the paged f16 KV cache (attention_paged.wgsl), within a sliding
 //! window where the layer has one (its keys start at the window's first). Split over the keys:
 //! `partial` per (split, KV head, token), `decode` for a single token, or `lanes` on CPU
-//! adapters, then `combine` per (head, token) unless a decoded token's keys are one split. On CPU adapters a step of several tokens runs as two products instead
+//! adapters, then `combine` per (head, token) unless the step's keys are one split. On CPU
+//! adapters a step of several tokens runs as two products instead
 //! (`rows_scores`, `rows_softmax`, `rows_pv`), its score matrix in the scratch buffer.
 
 use super::wgsl;
@@ -93,6 +94,7 @@ pub struct SplitParams {
 /// or as two products over its score matrix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AttentionPlan {
+    /// A step's splits by `partial` (or `lanes`), `combine`d when there are several.
     Splits(SplitParams),
     /// A single token's splits by `decode`, `combine`d when there are several.
     Decode(SplitParams),
@@ -110,8 +112,7 @@ impl AttentionPlan {
 
     pub fn dispatches(&self) -> u32 {
         match self {
-            Self::Splits(_) => 2,
-            Self::Decode(split) => 1 + u32::from(split.splits > 1),
+            Self::Splits(split) | Self::Decode(split) => 1 + u32::from(split.splits > 1),
             Self::Rows => 3,
         }
     }
@@ -321,8 +322,10 @@ impl AttentionPaged {
             AttentionShape::Tiled => pass.dispatch_workgroups(plan.splits, self.n_kv_heads, n_tokens.div_ceil(tokens_per_block(self.n_heads, self.n_kv_heads, self.head_dim, self.tile_keys))),
             AttentionShape::Lanes => dispatch_linear(pass, (n_tokens * self.n_heads * plan.splits).div_ceil(LANES)),
         }
-        pass.set_pipeline(&self.combine);
-        pass.dispatch_workgroups(self.n_heads, n_tokens, 1);
+        if plan.splits > 1 {
+            pass.set_pipeline(&self.combine);
+            pass.dispatch_workgroups(self.n_heads, n_tokens, 1);
+        }
     }
 
     fn encode_rows(&self, pass: &mut wgpu::ComputePass, rows: &RowsKernels, n_tokens: u32, start_pos: u32) {
