@@ -604,7 +604,9 @@ fn matmul_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation
         }
         let t = 8u * tg;
         let r = 8u * rg;
-        for (var c = 0u; c < TILE_K / 4u; c++) {
+        // Token groups wholly past the step's tokens skip their products: a short step (a warm
+        // turn's few new tokens) leaves whole waves idle rather than multiplying copies.
+        for (var c = 0u; c < select(0u, TILE_K / 4u, t0 + t < nt); c++) {
             let wa = mat4x4<f32>(tile_w(r, c), tile_w(r + 1u, c), tile_w(r + 2u, c), tile_w(r + 3u, c));
             let wb = mat4x4<f32>(tile_w(r + 4u, c), tile_w(r + 5u, c), tile_w(r + 6u, c), tile_w(r + 7u, c));
             var xt = tile_x(t, c);
