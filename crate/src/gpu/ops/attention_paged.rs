@@ -128,9 +128,9 @@ struct RowsKernels {
 }
 
 /// Tokens per workgroup of `partial` (attention_paged.wgsl TB): as many as workgroup memory has
-/// rows of (token, query head) for, rounded up to quads of rows, so that the smaller the head,
-/// the more tokens share each tile of keys and values (SmolLM2's heads of 64 in groups of 3:
-/// 8 tokens; heads of 256: 2). One token's rows always fit (G <= 8 rows of D <= 256).
+/// rows of (token, query head) for, their rows rounded up to whole quads, so that the smaller
+/// the head, the more tokens share each tile of keys and values (SmolLM2's heads of 64 in groups
+/// of 3: 8 tokens; heads of 256: 2). One token's rows always fit (G <= 8 rows of D <= 256).
 fn tokens_per_block(n_heads: u32, n_kv_heads: u32, head_dim: u32, tile_keys: u32) -> u32 {
     let rows = MAX_BLOCK_ROWS.min(QUERY_WORDS / head_dim).min(PROB_WORDS / tile_keys);
     let group = n_heads / n_kv_heads;
