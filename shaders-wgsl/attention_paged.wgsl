@@ -203,13 +203,13 @@ fn partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
         for (var v = 0u; v < 4u; v++) {
             let r = e / half_d * 4u + v;
             if (e < n_quads * half_d && r < n_rows) {
-                store_split_pair((t0 + r / g_count) * H + kh * g_count + r % g_count, s, i, acc[4u * u + v], run_sum[r]);
+                store_split_pair(row_head(kh, t0 * g_count + r), s, i, acc[4u * u + v], run_sum[r]);
             }
         }
     }
     if (lid < n_rows) {
         let r = lid;
-        store_split_stats((t0 + r / g_count) * H + kh * g_count + r % g_count, s, run_max[r], run_sum[r]);
+        store_split_stats(row_head(kh, t0 * g_count + r), s, run_max[r], run_sum[r]);
     }
 }
 
@@ -325,18 +325,9 @@ fn decode(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
                 a += p * unpack2x16float(v_cache[cache_offset(k_begin + j, kh) + i]);
                 l += p;
             }
-            let h = kh * g_count + g;
-            if (split.splits == 1u) {
-                out[h * D + 2u * i] = a.x / l;
-                out[h * D + 2u * i + 1u] = a.y / l;
-            } else {
-                let at = (h * split.splits + s) * (D + 2u);
-                scratch[at + 2u * i] = a.x;
-                scratch[at + 2u * i + 1u] = a.y;
-                if (i == 0u) {
-                    scratch[at + D] = m[g];
-                    scratch[at + D + 1u] = l;
-                }
+            store_split_pair(row_head(kh, g), s, i, a, l);
+            if (i == 0u) {
+                store_split_stats(row_head(kh, g), s, m[g], l);
             }
         }
     }
@@ -481,10 +472,15 @@ fn rows_keys() -> u32 {
     return params.start_pos + params.n_tokens;
 }
 
+// Row r of KV head kh's rows (token r / G, query head kh·G + r % G) as token · H + query head.
+fn row_head(kh: u32, r: u32) -> u32 {
+    let g_count = H / HKV;
+    return (r / g_count) * H + kh * g_count + r % g_count;
+}
+
 // Where row r's query for KV head kh begins in q.
 fn row_query(kh: u32, r: u32) -> u32 {
-    let g_count = H / HKV;
-    return ((r / g_count) * H + kh * g_count + r % g_count) * D;
+    return row_head(kh, r) * D;
 }
 
 // Row r attends keys row_first(r) .. row_keys(r).
