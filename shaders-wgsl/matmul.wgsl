@@ -441,6 +441,12 @@ fn store_sq_parts(lid: u32, sq: vec4<f32>) {
     sq_parts[3u * TILE_WG + lid] = sq.w;
 }
 
+/// Where tile token t's parts of its sum of squares begin in `sq_parts`: the lanes of loading row
+/// t % 16 loaded it as their token t / 16.
+fn tile_sq_at(t: u32) -> u32 {
+    return t / 16u * TILE_WG + t % 16u * (TILE_K / 4u);
+}
+
 /// A loading token's sum of squares from its parts at `at` in `sq_parts`: the TILE_K / 4 lanes
 /// of its column groups hold them side by side.
 fn tile_sq(at: u32) -> f32 {
@@ -574,7 +580,7 @@ fn matmul_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation
         }
         store_sq_parts(lid, part);
         workgroupBarrier();
-        let l = s * (TILE_K / 4u);
+        let l = tile_sq_at(s);
         pre = inv_rms4(vec4<f32>(tile_sq(l), tile_sq(TILE_WG + l), tile_sq(2u * TILE_WG + l), tile_sq(3u * TILE_WG + l)));
         workgroupBarrier(); // sq_parts is written again after the loop
     }
@@ -636,14 +642,11 @@ fn matmul_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation
         }
         workgroupBarrier();
     }
-    // Token 8·tg + i was loaded as token (8·tg + i) % 16 + 16j, j = tg / 2, by the lanes
-    // 4 · ((8·tg + i) % 16) + g: its parts sit there in row j of sq_parts.
     store_sq_parts(lid, sq);
     workgroupBarrier();
-    let at = tg / 2u * TILE_WG + tg % 2u * 32u;
     // Normalised already with TILE_PRENORM.
-    let lo = select(inv_rms4(tile_sq4(at)), vec4<f32>(1.0), TILE_PRENORM);
-    let hi = select(inv_rms4(tile_sq4(at + 16u)), vec4<f32>(1.0), TILE_PRENORM);
+    let lo = select(inv_rms4(tile_sq4(tile_sq_at(8u * tg))), vec4<f32>(1.0), TILE_PRENORM);
+    let hi = select(inv_rms4(tile_sq4(tile_sq_at(8u * tg + 4u))), vec4<f32>(1.0), TILE_PRENORM);
     let out_a = r0 + select(8u * rg, 4u * rg, GATED); // slots 0-3's first output row
     let out_b = out_a + select(4u, 2u, GATED);
     let t = t0 + 8u * tg;
