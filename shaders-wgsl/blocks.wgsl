@@ -1,7 +1,8 @@
 // GGUF block formats read in place (gguf/blocks.rs holds the CPU twin). A kernel that includes
-// this file binds its weights as array<u32> and defines `fn weight_word(i: u32) -> u32`, and
-// declares `override DTYPE: u32` (the ggml type id). Blocks are 18 to 210 bytes, many not a
-// multiple of 4, so values are read at any byte offset by joining two words.
+// this file binds its weights as array<u32> and defines `fn weight_word(i: u32) -> u32`; each
+// reader takes the ggml type id `ty`, which kernels pass as a pipeline constant so that the
+// compiler keeps only that type's case. Blocks are 18 to 210 bytes, many not a multiple of 4, so
+// values are read at any byte offset by joining two words.
 
 const TYPE_F32: u32 = 0u;
 const TYPE_F16: u32 = 1u;
@@ -15,9 +16,9 @@ const TYPE_Q5_K: u32 = 13u; // 256: as Q4_K with 32 bytes of fifth bits before t
 const TYPE_Q6_K: u32 = 14u; // 256: 128 bytes of low nibbles, 64 of bit pairs, 16 i8 scales, f16 d
 const TYPE_BF16: u32 = 30u; // the high half of an f32
 
-// Bytes of one row of `k` weights (k a whole number of blocks).
-fn row_bytes(k: u32) -> u32 {
-    switch DTYPE {
+// Bytes of one row of `k` weights of type `ty` (k a whole number of blocks).
+fn row_bytes(ty: u32, k: u32) -> u32 {
+    switch ty {
         case TYPE_F32: { return k * 4u; }
         case TYPE_F16: { return k * 2u; }
         case TYPE_Q4_0: { return k / 32u * 18u; }
@@ -87,11 +88,11 @@ fn nibbles4(q: u32, high: bool) -> vec4<f32> {
     return vec4<f32>((vec4<u32>(q, q >> 8u, q >> 16u, q >> 24u) >> vec4<u32>(s)) & vec4<u32>(0xfu));
 }
 
-// Weights k..k+3 of the row starting at byte `row`; k % 4 == 0 and k + 4 <= row length.
-// In a 32-block, byte j (j < 16) holds weight j (low nibble) and weight j + 16 (high nibble).
-fn weights4(row: u32, k: u32) -> vec4<f32> {
+// Weights k..k+3 of the row of type `ty` starting at byte `row`; k % 4 == 0 and k + 4 <= row
+// length. In a 32-block, byte j (j < 16) holds weight j (low nibble) and weight j + 16 (high nibble).
+fn weights4(ty: u32, row: u32, k: u32) -> vec4<f32> {
     let j = k % 32u;
-    switch DTYPE {
+    switch ty {
         case TYPE_F32: {
             let i = row / 4u + k;
             return bitcast<vec4<f32>>(vec4<u32>(weight_word(i), weight_word(i + 1u), weight_word(i + 2u), weight_word(i + 3u)));
@@ -124,7 +125,7 @@ fn weights4(row: u32, k: u32) -> vec4<f32> {
             // Sub-block s = j / 32 of 32 weights: group s / 2's 32 bytes of nibbles hold it in
             // their low (s even) or high halves; Q5_K's fifth bit of weight 32s + l is bit s of
             // byte l of qh.
-            let q5 = DTYPE == TYPE_Q5_K;
+            let q5 = ty == TYPE_Q5_K;
             let blk = row + k / 256u * select(144u, 176u, q5);
             let j = k % 256u;
             let s = j / 32u;
@@ -161,15 +162,15 @@ fn weights4(row: u32, k: u32) -> vec4<f32> {
     }
 }
 
-// Weight k of the row starting at byte `row`.
-fn weight1(row: u32, k: u32) -> f32 {
-    switch DTYPE {
+// Weight k of the row of type `ty` starting at byte `row`.
+fn weight1(ty: u32, row: u32, k: u32) -> f32 {
+    switch ty {
         case TYPE_F32: { return bitcast<f32>(weight_word(row / 4u + k)); }
         case TYPE_F16: { return f16_at(row + k * 2u); }
         case TYPE_BF16: { return bitcast<f32>(weight_u32_at(row + k * 2u) << 16u); }
         default: {
             // Blocks are whole groups of four weights.
-            return weights4(row, k & ~3u)[k & 3u];
+            return weights4(ty, row, k & ~3u)[k & 3u];
         }
     }
 }

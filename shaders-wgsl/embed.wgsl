@@ -8,7 +8,7 @@ override SCALE: f32 = 1.0;  // gemma3: sqrt(C)
 @group(0) @binding(0) var<uniform> params: StepParams;
 @group(0) @binding(1) var<uniform> part: Part;
 @group(0) @binding(2) var<storage, read> ids: array<u32>;       // (T) token ids
-@group(0) @binding(3) var<storage, read> table: array<u32>;     // (part.rows, row_bytes(C)) GGUF blocks
+@group(0) @binding(3) var<storage, read> table: array<u32>;     // (part.rows, row_bytes(DTYPE, C)) GGUF blocks
 @group(0) @binding(4) var<storage, read_write> out: array<f32>; // (T, C)
 
 fn weight_word(i: u32) -> u32 {
@@ -28,5 +28,5 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (id < part.first_row || id - part.first_row >= part.rows) {
         return;
     }
-    out[i] = weight1((id - part.first_row) * row_bytes(C), c) * SCALE;
+    out[i] = weight1(DTYPE, (id - part.first_row) * row_bytes(DTYPE, C), c) * SCALE;
 }

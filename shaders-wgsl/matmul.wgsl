@@ -98,9 +98,10 @@ fn f16x4(u: vec4<u32>, high: bool) -> vec4<f32> {
     return vec4<f32>(unpack2x16float(u.x >> s).x, unpack2x16float(u.y >> s).x, unpack2x16float(u.z >> s).x, unpack2x16float(u.w >> s).x);
 }
 
-/// Weights k .. k + 3 of four rows (starting at bytes `rows`), one row a column.
-fn columns4(rows: vec4<u32>, k: u32) -> mat4x4<f32> {
-    return mat4x4<f32>(weights4(rows.x, k), weights4(rows.y, k), weights4(rows.z, k), weights4(rows.w, k));
+/// Weights k .. k + 3 of four rows (starting at bytes `rows`, of type DTYPE_HI if `hi`), one row
+/// a column.
+fn columns4(hi: bool, rows: vec4<u32>, k: u32) -> mat4x4<f32> {
+    return mat4x4<f32>(row_weights4(hi, rows.x, k), row_weights4(hi, rows.y, k), row_weights4(hi, rows.z, k), row_weights4(hi, rows.w, k));
 }
 
 /// Q4_1 weights of four rows, one row a column, from their nibble words `q` (the low or high
@@ -163,12 +164,13 @@ fn matmul_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
     if (t0 >= nt || r0 >= output_rows()) {
         return;
     }
-    let rb = row_bytes(K);
-    let wa = vec4<u32>(weight_row(r0, 0u, 8u), weight_row(r0, 1u, 8u), weight_row(r0, 2u, 8u), weight_row(r0, 3u, 8u)) * rb;
-    let wb = vec4<u32>(weight_row(r0, 4u, 8u), weight_row(r0, 5u, 8u), weight_row(r0, 6u, 8u), weight_row(r0, 7u, 8u)) * rb;
+    let hi = is_hi(weight_row(r0, 0u, 8u)); // the type of all eight rows
+    let wa = vec4<u32>(row_start(weight_row(r0, 0u, 8u)), row_start(weight_row(r0, 1u, 8u)), row_start(weight_row(r0, 2u, 8u)), row_start(weight_row(r0, 3u, 8u)));
+    let wb = vec4<u32>(row_start(weight_row(r0, 4u, 8u)), row_start(weight_row(r0, 5u, 8u)), row_start(weight_row(r0, 6u, 8u)), row_start(weight_row(r0, 7u, 8u)));
     xrow = min(vec4<u32>(t0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(nt - 1u)) * K;
     var k = 0u;
-    if (DTYPE == TYPE_Q4_1) {
+    // The paths for DTYPE's word-aligned blocks; rows of DTYPE_HI take the one for any type.
+    if (DTYPE == TYPE_Q4_1 && !hi) {
         // 20-byte blocks are word-aligned: f16 d, f16 m, then word j holds the nibbles of
         // values j·4 .. j·4 + 3 (low halves) and 16 + j·4 .. (high halves).
         for (; k < K; k += 32u) {
@@ -187,7 +189,7 @@ fn matmul_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
                 accumulate(k + g * 4u + 16u, q4_1_columns(qa, da, ma, true), q4_1_columns(qb, db, mb, true));
             }
         }
-    } else if ((DTYPE == TYPE_Q8_0 || DTYPE == TYPE_Q4_0) && K % 64u == 0u) {
+    } else if ((DTYPE == TYPE_Q8_0 || DTYPE == TYPE_Q4_0) && K % 64u == 0u && !hi) {
         // Rows of whole block pairs start on a word boundary. A Q8_0 pair is 17 words: f16 d0,
         // 32 bytes shifted by 16 bits, f16 d1 (the high half of word 8), 32 aligned bytes. A
         // Q4_0 pair is 9 words laid out the same way with 16 bytes of nibbles per block.
@@ -226,17 +228,17 @@ fn matmul_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
             }
         }
     } else {
-        // Any type and row length, four weights at a time (a branch on constants: the paths
-        // above leave it out of their pipelines).
+        // Any type and row length, four weights at a time (without HI_ROW a branch on
+        // constants: the paths above leave it out of their pipelines).
         for (; k + 4u <= K; k += 4u) {
-            accumulate(k, columns4(wa, k), columns4(wb, k));
+            accumulate(k, columns4(hi, wa, k), columns4(hi, wb, k));
         }
     }
     if (K % 4u != 0u) {
         // A row length that is not a multiple of 4 (F32 or F16): one column at a time.
         for (; k < K; k++) {
-            let ca = vec4<f32>(weight1(wa.x, k), weight1(wa.y, k), weight1(wa.z, k), weight1(wa.w, k));
-            let cb = vec4<f32>(weight1(wb.x, k), weight1(wb.y, k), weight1(wb.z, k), weight1(wb.w, k));
+            let ca = vec4<f32>(row_weight1(hi, wa.x, k), row_weight1(hi, wa.y, k), row_weight1(hi, wa.z, k), row_weight1(hi, wa.w, k));
+            let cb = vec4<f32>(row_weight1(hi, wb.x, k), row_weight1(hi, wb.y, k), row_weight1(hi, wb.z, k), row_weight1(hi, wb.w, k));
             let xs = vec4<f32>(x[xrow.x + k], x[xrow.y + k], x[xrow.z + k], x[xrow.w + k]);
             let v = xs * norm4(k).x;
             if (NORM) {
@@ -298,10 +300,10 @@ fn matvec_wide(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
 /// One lane's share of a `matvec_wide` workgroup's sums: entry i·WIDE_ROWS + j is token i's row
 /// j, entry MAX_TOKENS·WIDE_ROWS + i token i's sum of squares (with NORM).
 fn wide_lane_sums(r0: u32, nt: u32, lid: u32) -> array<f32, WIDE_SUMS> {
-    let rb = row_bytes(K);
+    let hi = is_hi(weight_row(r0, 0u, WIDE_ROWS)); // the type of all WIDE_ROWS rows
     var wrow = array<u32, WIDE_ROWS>();
     for (var j = 0u; j < WIDE_ROWS; j++) {
-        wrow[j] = weight_row(r0, j, WIDE_ROWS) * rb;
+        wrow[j] = row_start(weight_row(r0, j, WIDE_ROWS));
     }
     var acc = array<array<f32, WIDE_ROWS>, MAX_TOKENS>();
     var sum_sq = array<f32, MAX_TOKENS>();
@@ -316,7 +318,7 @@ fn wide_lane_sums(r0: u32, nt: u32, lid: u32) -> array<f32, WIDE_SUMS> {
             xv[i] = x4(i * K, k);
         }
         for (var j = 0u; j < WIDE_ROWS; j++) {
-            let wv = weights4(wrow[j], k);
+            let wv = row_weights4(hi, wrow[j], k);
             for (var i = 0u; i < nt; i++) {
                 acc[i][j] += dot(xv[i], wv);
             }
@@ -329,7 +331,7 @@ fn wide_lane_sums(r0: u32, nt: u32, lid: u32) -> array<f32, WIDE_SUMS> {
             }
         }
         for (var j = 0u; j < WIDE_ROWS; j++) {
-            let wv = weight1(wrow[j], k);
+            let wv = row_weight1(hi, wrow[j], k);
             for (var i = 0u; i < nt; i++) {
                 acc[i][j] += wv * x1(i * K, k);
             }
@@ -394,21 +396,21 @@ fn tile_weight_row(r0: u32, s: u32) -> u32 {
     return weight_row(r0, s, TILE_ROWS);
 }
 
-/// Weights k .. k + 3 of the row starting at byte `row`, zero past K.
-fn tile_weights4(row: u32, k: u32) -> vec4<f32> {
+/// Weights k .. k + 3 of the row starting at byte `row` (of type DTYPE_HI if `hi`), zero past K.
+fn tile_weights4(hi: bool, row: u32, k: u32) -> vec4<f32> {
     if (k + 4u <= K) {
-        return weights4(row, k);
+        return row_weights4(hi, row, k);
     }
     var v = vec4<f32>();
     for (var e = 0u; e < 4u && k + e < K; e++) {
-        v[e] = weight1(row, k + e);
+        v[e] = row_weight1(hi, row, k + e);
     }
     return v;
 }
 
 /// Weights k .. k + 3 of the four rows starting at bytes `rows`, zero past K.
-fn tile_weights(rows: vec4<u32>, k: u32) -> mat4x4<f32> {
-    return mat4x4<f32>(tile_weights4(rows.x, k), tile_weights4(rows.y, k), tile_weights4(rows.z, k), tile_weights4(rows.w, k));
+fn tile_weights(hi: bool, rows: vec4<u32>, k: u32) -> mat4x4<f32> {
+    return mat4x4<f32>(tile_weights4(hi, rows.x, k), tile_weights4(hi, rows.y, k), tile_weights4(hi, rows.z, k), tile_weights4(hi, rows.w, k));
 }
 
 /// Raw activations k .. k + 3 of the row starting at `row`, zero past K.
@@ -546,8 +548,8 @@ fn matmul_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation
     // s + 16, s + 32, s + 48 (clamped to the last token; only real tokens are stored).
     let g = lid % (TILE_K / 4u);
     let s = lid / (TILE_K / 4u);
-    let rb = row_bytes(K);
-    let wrow = vec4<u32>(tile_weight_row(r0, s), tile_weight_row(r0, s + 16u), tile_weight_row(r0, s + 32u), tile_weight_row(r0, s + 48u)) * rb;
+    let hi = is_hi(tile_weight_row(r0, 0u)); // the type of all the tile's rows
+    let wrow = vec4<u32>(row_start(tile_weight_row(r0, s)), row_start(tile_weight_row(r0, s + 16u)), row_start(tile_weight_row(r0, s + 32u)), row_start(tile_weight_row(r0, s + 48u)));
     let xrow = min(vec4<u32>(t0 + s) + vec4<u32>(0u, 16u, 32u, 48u), vec4<u32>(nt - 1u)) * K;
     var sq = vec4<f32>();
     // Multiplying: lane l computes slots 8·rg .. 8·rg + 7 for tokens 8·tg .. 8·tg + 7; a_i and
@@ -587,7 +589,7 @@ fn matmul_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation
     // Double-buffered through registers: a step's weights and activations are read (and the
     // weights dequantized) before the step before it multiplies, so the reads' latency hides
     // behind that step's arithmetic; workgroup memory holds one tile.
-    var w_next = tile_weights(wrow, g * 4u);
+    var w_next = tile_weights(hi, wrow, g * 4u);
     var x_next = tile_x4x4(xrow, g * 4u);
     for (var k0 = 0u; k0 < K; k0 += TILE_K) {
         let k = k0 + g * 4u;
@@ -605,7 +607,7 @@ fn matmul_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation
         x_tile[(s + 48u) * TILE_K4 + g] = TileVec(x_next[3] * n * pre.w);
         workgroupBarrier();
         if (k0 + TILE_K < K) {
-            w_next = tile_weights(wrow, k + TILE_K);
+            w_next = tile_weights(hi, wrow, k + TILE_K);
             x_next = tile_x4x4(xrow, k + TILE_K);
         }
         let t = 8u * tg;
@@ -645,17 +647,17 @@ fn matmul_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation
     store_sq_parts(lid, sq);
     workgroupBarrier();
     // Normalised already with TILE_PRENORM.
-    let lo = select(inv_rms4(tile_sq4(tile_sq_at(8u * tg))), vec4<f32>(1.0), TILE_PRENORM);
-    let hi = select(inv_rms4(tile_sq4(tile_sq_at(8u * tg + 4u))), vec4<f32>(1.0), TILE_PRENORM);
+    let rms_lo = select(inv_rms4(tile_sq4(tile_sq_at(8u * tg))), vec4<f32>(1.0), TILE_PRENORM);
+    let rms_hi = select(inv_rms4(tile_sq4(tile_sq_at(8u * tg + 4u))), vec4<f32>(1.0), TILE_PRENORM);
     let out_a = r0 + select(8u * rg, 4u * rg, GATED); // slots 0-3's first output row
     let out_b = out_a + select(4u, 2u, GATED);
     let t = t0 + 8u * tg;
-    store_tile8(t, out_a, out_b, a0, b0, lo.x);
-    store_tile8(t + 1u, out_a, out_b, a1, b1, lo.y);
-    store_tile8(t + 2u, out_a, out_b, a2, b2, lo.z);
-    store_tile8(t + 3u, out_a, out_b, a3, b3, lo.w);
-    store_tile8(t + 4u, out_a, out_b, a4, b4, hi.x);
-    store_tile8(t + 5u, out_a, out_b, a5, b5, hi.y);
-    store_tile8(t + 6u, out_a, out_b, a6, b6, hi.z);
-    store_tile8(t + 7u, out_a, out_b, a7, b7, hi.w);
+    store_tile8(t, out_a, out_b, a0, b0, rms_lo.x);
+    store_tile8(t + 1u, out_a, out_b, a1, b1, rms_lo.y);
+    store_tile8(t + 2u, out_a, out_b, a2, b2, rms_lo.z);
+    store_tile8(t + 3u, out_a, out_b, a3, b3, rms_lo.w);
+    store_tile8(t + 4u, out_a, out_b, a4, b4, rms_hi.x);
+    store_tile8(t + 5u, out_a, out_b, a5, b5, rms_hi.y);
+    store_tile8(t + 6u, out_a, out_b, a6, b6, rms_hi.z);
+    store_tile8(t + 7u, out_a, out_b, a7, b7, rms_hi.w);
 }

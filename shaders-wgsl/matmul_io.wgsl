@@ -2,7 +2,9 @@
 // specialisation, its bindings but the activations and norm weights (each kernel declares those
 // as it reads them, at bindings 2 and 5), and the epilogues that store y or the KV pages.
 
-override DTYPE: u32;               // ggml type id of w
+override DTYPE: u32;               // ggml type id of w (of its rows before HI_ROW, where it has two types)
+override DTYPE_HI: u32;            // ggml type id of its rows from HI_ROW on, where it has two types (else DTYPE)
+override HI_ROW: u32 = 0u;         // the first row of type DTYPE_HI; 0: every row is DTYPE (see below)
 override K: u32;                   // row length of w = columns of x
 override N: u32;                   // rows of the whole weight = columns of y
 override ACCUMULATE: bool = false; // y += x · wᵀ (residual adds) instead of y = x · wᵀ
@@ -22,7 +24,7 @@ override QK_NORM: bool = false;    // with ATTN_IN: q and k are normalised per h
 
 @group(0) @binding(0) var<uniform> params: StepParams;
 @group(0) @binding(1) var<uniform> part: Part;
-@group(0) @binding(3) var<storage, read> w: array<u32>;       // (part.rows, row_bytes(K)) GGUF blocks
+@group(0) @binding(3) var<storage, read> w: array<u32>;       // (part.rows, row_bytes(DTYPE, K)) GGUF blocks (DTYPE_HI's from HI_ROW)
 @group(0) @binding(4) var<storage, read_write> y: array<f32>; // (T, N); with ATTN_IN (T, N_Q), with QK_NORM (T, N_Q + N_KV)
 // With ATTN_IN, else unused: the sequence's page table and this layer's f16 caches.
 @group(0) @binding(6) var<storage, read> page_table: array<u32>;    // (pages of the sequence) page ids
@@ -30,6 +32,42 @@ override QK_NORM: bool = false;    // with ATTN_IN: q and k are normalised per h
 @group(0) @binding(8) var<storage, read_write> v_cache: array<u32>; // (pages, PAGE, N_KV / 2) f16 pairs
 @group(0) @binding(9) var<uniform> rope_freqs: RopeFreqs;
 @group(0) @binding(10) var<storage, read> qkv_bias: array<f32>; // (N_Q + 2·N_KV) with BIAS, else unused
+
+// Two types (HI_ROW > 0): a q/k/v weight whose k and v rows, or v's alone, a quantization mix
+// keeps in another type (Q4_K_M: Q6_K for some layers' v) is still one product. HI_ROW is a
+// multiple of 64 (gpu/ops/matmul.rs `RowTypes`), so the rows of a workgroup, a tile, a thread or a
+// lane group are all of one type: each reads its type once and takes that type's loop, with no
+// divergence. The readers below pass the type as a constant, so each loop keeps only its type's
+// case, and without HI_ROW the branches fold away.
+
+/// Whether weight row r (of this part) is of type DTYPE_HI.
+fn is_hi(r: u32) -> bool {
+    return HI_ROW != 0u && r >= HI_ROW;
+}
+
+/// The byte where weight row r (of this part) starts.
+fn row_start(r: u32) -> u32 {
+    if (is_hi(r)) {
+        return HI_ROW * row_bytes(DTYPE, K) + (r - HI_ROW) * row_bytes(DTYPE_HI, K);
+    }
+    return r * row_bytes(DTYPE, K);
+}
+
+/// weights4 of a row of type DTYPE_HI (`hi`) or DTYPE.
+fn row_weights4(hi: bool, row: u32, k: u32) -> vec4<f32> {
+    if (hi) {
+        return weights4(DTYPE_HI, row, k);
+    }
+    return weights4(DTYPE, row, k);
+}
+
+/// weight1 of a row of type DTYPE_HI (`hi`) or DTYPE.
+fn row_weight1(hi: bool, row: u32, k: u32) -> f32 {
+    if (hi) {
+        return weight1(DTYPE_HI, row, k);
+    }
+    return weight1(DTYPE, row, k);
+}
 
 // GATED: the weight holds the gate's N rows, then the up projection's N rows (one buffer, one
 // part); a thread's (or workgroup's) rows are its first half's outputs from the gate and the

@@ -47,13 +47,14 @@ fn mv_x4(k: u32) -> vec4<f32> {
 }
 
 /// Loads the unit's `n` vec4s of activations at column k0 into mv_x, times LO_SCALE for the
-/// packed types (all but Q8_0), and returns the sums of its two halves (for offsets and minimums).
-fn mv_load_x(k0: u32, n: u32) -> vec2<f32> {
+/// packed types (all but Q8_0: `ty`), and returns the sums of its two halves (for offsets and
+/// minimums).
+fn mv_load_x(ty: u32, k0: u32, n: u32) -> vec2<f32> {
     var sums = vec2<f32>();
     for (var v = 0u; v < n; v++) {
         let xv = mv_x4(k0 + 4u * v);
         sums[v / (n / 2u)] += dot(xv, vec4<f32>(1.0));
-        mv_x[v] = select(xv * LO_SCALE, xv, DTYPE == TYPE_Q8_0);
+        mv_x[v] = select(xv * LO_SCALE, xv, ty == TYPE_Q8_0);
     }
     return sums;
 }
@@ -234,18 +235,23 @@ fn mv_q6_k(o: u32, h: u32, lq: u32, xsum: vec4<f32>) -> f32 {
     return d * dot(scales, acc - 32.0 * xsum);
 }
 
-/// Unit u of the four rows starting at bytes `rows`.
-fn mv_unit(rows: vec4<u32>, u: u32) -> vec4<f32> {
+/// The activation count of one unit of a row of type `ty` (see the top).
+fn mv_unit_len(ty: u32) -> u32 {
+    return select(32u, 64u, ty == TYPE_Q4_K || ty == TYPE_Q5_K || ty == TYPE_Q6_K);
+}
+
+/// Unit u of the four rows of type `ty` starting at bytes `rows`.
+fn mv_unit(ty: u32, rows: vec4<u32>, u: u32) -> vec4<f32> {
     var r = vec4<f32>();
-    switch DTYPE {
+    switch ty {
         case TYPE_Q4_K: {
-            let xsum = mv_load_x(u * 64u, 16u);
+            let xsum = mv_load_x(ty, u * 64u, 16u);
             for (var j = 0u; j < MV_ROWS; j++) {
                 r[j] = mv_q4_k(rows[j] + u / 4u * 144u, u % 4u, xsum);
             }
         }
         case TYPE_Q5_K: {
-            let xsum = mv_load_x(u * 64u, 16u);
+            let xsum = mv_load_x(ty, u * 64u, 16u);
             for (var j = 0u; j < MV_ROWS; j++) {
                 r[j] = mv_q5_k(rows[j] + u / 4u * 176u, u % 4u, xsum);
             }
@@ -266,31 +272,41 @@ fn mv_unit(rows: vec4<u32>, u: u32) -> vec4<f32> {
             }
         }
         case TYPE_Q4_0: {
-            let xsum = mv_load_x(u * 32u, 8u);
+            let xsum = mv_load_x(ty, u * 32u, 8u);
             for (var j = 0u; j < MV_ROWS; j++) {
                 r[j] = mv_q4_0(rows[j] + u * 18u, xsum.x + xsum.y);
             }
         }
         case TYPE_Q4_1: {
-            let xsum = mv_load_x(u * 32u, 8u);
+            let xsum = mv_load_x(ty, u * 32u, 8u);
             for (var j = 0u; j < MV_ROWS; j++) {
                 r[j] = mv_q4_1(rows[j] + u * 20u, xsum.x + xsum.y);
             }
         }
         case TYPE_Q5_0: {
-            let xsum = mv_load_x(u * 32u, 8u);
+            let xsum = mv_load_x(ty, u * 32u, 8u);
             for (var j = 0u; j < MV_ROWS; j++) {
                 r[j] = mv_q5_0(rows[j] + u * 22u, xsum.x + xsum.y);
             }
         }
         case TYPE_Q8_0, default: {
-            mv_load_x(u * 32u, 8u);
+            mv_load_x(ty, u * 32u, 8u);
             for (var j = 0u; j < MV_ROWS; j++) {
                 r[j] = mv_q8_0(rows[j] + u * 34u);
             }
         }
     }
     return r;
+}
+
+/// A lane's sums of the four rows of type `ty` starting at bytes `rows`: units lane,
+/// lane + BLOCK_LANES, ...
+fn mv_rows(ty: u32, rows: vec4<u32>, lane: u32) -> vec4<f32> {
+    var acc = vec4<f32>();
+    for (var u = lane; u < K / mv_unit_len(ty); u += BLOCK_LANES) {
+        acc += mv_unit(ty, rows, u);
+    }
+    return acc;
 }
 
 /// Group g's total of entry e (row e, or MV_ROWS: the sum of squares).
@@ -312,16 +328,17 @@ fn matvec_blocks(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups)
     let g = lid / BLOCK_LANES;
     let lane = lid % BLOCK_LANES;
     let r0 = first + g * per; // past the end, rows are clamped (weight_row) and nothing is stored
-    let rb = row_bytes(K);
     var rows = vec4<u32>();
     for (var j = 0u; j < MV_ROWS; j++) {
-        rows[j] = weight_row(r0, j, MV_ROWS) * rb;
+        rows[j] = row_start(weight_row(r0, j, MV_ROWS));
     }
-    let unit = select(32u, 64u, DTYPE == TYPE_Q4_K || DTYPE == TYPE_Q5_K || DTYPE == TYPE_Q6_K);
     mv_sum_sq = 0.0;
-    var acc = vec4<f32>();
-    for (var u = lane; u < K / unit; u += BLOCK_LANES) {
-        acc += mv_unit(rows, u);
+    // The group's rows are all of one type (HI_ROW is a multiple of 64).
+    var acc: vec4<f32>;
+    if (is_hi(weight_row(r0, 0u, MV_ROWS))) {
+        acc = mv_rows(DTYPE_HI, rows, lane);
+    } else {
+        acc = mv_rows(DTYPE, rows, lane);
     }
     for (var j = 0u; j < MV_ROWS; j++) {
         mv_sums[j * MV_WG + lid] = acc[j];

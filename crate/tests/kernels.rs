@@ -11,7 +11,7 @@ use radixlm::gguf::GgmlType;
 use radixlm::gpu::executor::{block_on, open};
 use radixlm::gpu::ops::*;
 use radixlm::gpu::readback::read_f32;
-use radixlm::gpu::{Gpu, GpuWeight, LimitsPolicy, StepParams};
+use radixlm::gpu::{Gpu, GpuWeight, HiRows, LimitsPolicy, StepParams};
 use radixlm::model::config::FfnAct;
 use radixlm::model::reference;
 use radixlm::model::synthetic::SplitMix64;
@@ -300,19 +300,48 @@ enum QkvStep {
     Qwen3,
 }
 
+/// Each of `types` for q, k and v alike, at a row length of odd blocks.
+fn one_type(types: &[GgmlType]) -> Vec<([GgmlType; 3], usize)> {
+    types.iter().map(|&ty| ([ty; 3], odd_k(ty))).collect()
+}
+
+/// 3 query heads over 1 KV head of 32 (a GQA group of 3).
+const HEADS_32: (usize, usize, usize) = (3, 1, 32);
+/// 2 query heads over 1 KV head of 64: k starts at row 128 and v at 192, multiples of 64, so
+/// a weight can change type at either (gpu/ops/matmul.rs `reads_two_types`).
+const HEADS_64: (usize, usize, usize) = (2, 1, 64);
+
 #[test]
 fn attention_input_rotates_q_and_k_into_the_kv_pages() {
-    check_attention_input(&TYPES, QkvStep::Llama, 14);
+    check_attention_input(&one_type(&TYPES), QkvStep::Llama, 14, HEADS_32);
 }
 
 #[test]
 fn attention_input_neox_rope_with_biases() {
-    check_attention_input(&[GgmlType::F32, GgmlType::Q5_0, GgmlType::Q8_0, GgmlType::Q4_K], QkvStep::Qwen2, 15);
+    check_attention_input(&one_type(&[GgmlType::F32, GgmlType::Q5_0, GgmlType::Q8_0, GgmlType::Q4_K]), QkvStep::Qwen2, 15, HEADS_32);
 }
 
 #[test]
 fn attention_input_with_per_head_q_and_k_norms() {
-    check_attention_input(&[GgmlType::F32, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K], QkvStep::Qwen3, 16);
+    check_attention_input(&one_type(&[GgmlType::F32, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K]), QkvStep::Qwen3, 16, HEADS_32);
+}
+
+/// q/k/v weights of two types in one product, as the quantization mixes make them: Q4_K_M's
+/// Q6_K v (and k and v), Gemma 3 270M Q4_K_M's Q5_0 q and k with a Q8_0 v (K = 640), and
+/// Q4_0 with Q8_0, each way round.
+const TWO_TYPES: [([GgmlType; 3], usize); 5] = {
+    use GgmlType::*;
+    [([Q4_K, Q4_K, Q6_K], 512), ([Q4_K, Q6_K, Q6_K], 512), ([Q5_0, Q5_0, Q8_0], 640), ([Q8_0, Q4_0, Q4_0], 128), ([Q4_0, Q4_0, Q8_0], 96)]
+};
+
+#[test]
+fn attention_input_of_two_types_in_one_product() {
+    check_attention_input(&TWO_TYPES, QkvStep::Llama, 17, HEADS_64);
+}
+
+#[test]
+fn attention_input_of_two_types_with_neox_rope_and_biases() {
+    check_attention_input(&TWO_TYPES[..3], QkvStep::Qwen2, 18, HEADS_64);
 }
 
 /// NEOX products emit each head's rows in the order that makes RoPE pairs adjacent: output row
@@ -322,15 +351,15 @@ fn neox_order(x: &[f32], d: usize) -> Vec<f32> {
 }
 
 /// The fused q/k/v product against the reference: norm, product, (biases), (per-head q/k norms,
-/// a second op), RoPE (llama's or NEOX) and the KV-page write, for each type, both shapes, one
-/// weight and three.
-fn check_attention_input(types: &[GgmlType], step_kind: QkvStep, seed: u64) {
+/// a second op), RoPE (llama's or NEOX) and the KV-page write, for each case (q's, k's and v's
+/// types, and the row length), both shapes, one weight and three.
+fn check_attention_input(cases: &[([GgmlType; 3], usize)], step_kind: QkvStep, seed: u64, (h, hkv, d): (usize, usize, usize)) {
     let (qwen2, qk_norm) = (step_kind == QkvStep::Qwen2, step_kind == QkvStep::Qwen3);
     let neox = qwen2 || qk_norm;
     let mut rng = SplitMix64(seed);
     let gpu = gpu(LimitsPolicy::Adapter);
-    // 3 query heads over 1 KV head of 32 (a GQA group of 3), pages of 16 tokens.
-    let (h, hkv, d, page, base) = (3, 1, 32, 16, 10000.0);
+    // Pages of 16 tokens.
+    let (page, base) = (16, 10000.0);
     // Frequencies divided by Llama 3.x-like factors (1 for the fast pairs up to 8 for the slow).
     let factors: Vec<f32> = (0..d / 2).map(|i| 1.0 + (7 * i / (d / 2 - 1)) as f32).collect();
     let freqs = radixlm::model::rope::freqs(d, base, 1.0, Some(&factors));
@@ -340,9 +369,9 @@ fn check_attention_input(types: &[GgmlType], step_kind: QkvStep, seed: u64) {
     let norms: Vec<Vec<f32>> = (0..2).map(|_| randn(&mut rng, d).iter().map(|v| 1.0 + 0.3 * v).collect()).collect();
     let norm_buffers: Vec<wgpu::Buffer> = norms.iter().map(|n| gpu.upload("qk_norm", f32_bytes(n))).collect();
     let rope_table = RopeTable::new(gpu, &freqs);
-    for &ty in types {
-        let k = odd_k(ty);
-        let weights: Vec<(Vec<u8>, Vec<f32>)> = [nq, nkv, nkv].iter().map(|&n| random_weight(&mut rng, ty, k, n)).collect();
+    for &(types, k) in cases {
+        let ty = types[0];
+        let weights: Vec<(Vec<u8>, Vec<f32>)> = [nq, nkv, nkv].iter().zip(types).map(|(&n, ty)| random_weight(&mut rng, ty, k, n)).collect();
         let whole: Vec<u8> = weights.iter().flat_map(|(d, _)| d.clone()).collect();
         let g: Vec<f32> = randn(&mut rng, k).iter().map(|v| 1.0 + 0.3 * v).collect();
         let gb = gpu.upload("g", f32_bytes(&g));
@@ -376,8 +405,16 @@ fn check_attention_input(types: &[GgmlType], step_kind: QkvStep, seed: u64) {
             let step = gpu.uniform("step", &StepParams::new(t as u32, start as u32));
             let xb = gpu.upload("x", f32_bytes(&x));
             // One product over the whole q/k/v weight, and three over its parts.
-            let as_one = vec![(GpuWeight::upload(gpu, "qkv", ty, k, nq + 2 * nkv, &whole).unwrap(), 0)];
-            let apart = [(0, nq, 0), (1, nkv, nq), (2, nkv, nq + nkv)].map(|(i, n, first)| (GpuWeight::upload(gpu, "w", ty, k, n, &weights[i].0).unwrap(), first));
+            let one = match types.iter().position(|&t| t != ty) {
+                None => GpuWeight::upload(gpu, "qkv", ty, k, nq + 2 * nkv, &whole).unwrap(),
+                Some(i) => {
+                    let hi = HiRows { first_row: [0, nq, nq + nkv][i], ty: types[i] };
+                    assert!(reads_two_types(ty, k, hi), "{types:?} at K={k}: not one product");
+                    GpuWeight::upload_two_types(gpu, "qkv", ty, k, nq + 2 * nkv, hi, &whole).unwrap().unwrap()
+                }
+            };
+            let as_one = vec![(one, 0)];
+            let apart = [(0, nq, 0), (1, nkv, nq), (2, nkv, nq + nkv)].map(|(i, n, first)| (GpuWeight::upload(gpu, "w", types[i], k, n, &weights[i].0).unwrap(), first));
             for (layout, products) in [("one weight", as_one), ("three weights", apart.into())] {
                 let qb = gpu.storage("q", (t * nq * 4) as u64);
                 // With q/k norms the product writes q and k as they are, for QkNorm.
@@ -386,7 +423,7 @@ fn check_attention_input(types: &[GgmlType], step_kind: QkvStep, seed: u64) {
                 let (kc, vc) = (gpu.storage("k_cache", cache_bytes), gpu.storage("v_cache", cache_bytes));
                 for (w, first_row) in &products {
                     let at = AttentionInput { n_q: nq, n_kv: nkv, first_row: *first_row, head_dim: d, rope_freqs: &rope_table, rope_neox: neox, bias: qwen2, qk_norm, page_size: page };
-                    let op = Matmul::attention_input(gpu, shape, ty, k, w.n, 1e-5, at);
+                    let op = Matmul::attention_input(gpu, shape, w, 1e-5, at);
                     let b = op.bind_attention_input(gpu, &step, &xb, &gb, w, if qk_norm { &raw } else { &qb }, &ptb, [&kc, &vc], bias_buffer.as_ref());
                     run(gpu, |p| op.encode(p, &b, t as u32));
                 }
@@ -395,7 +432,7 @@ fn check_attention_input(types: &[GgmlType], step_kind: QkvStep, seed: u64) {
                     let b = op.bind(gpu, &step, &raw, &norm_buffers[0], &norm_buffers[1], &ptb, &qb, &kc, &rope_table);
                     run(gpu, |p| op.encode(p, &b, t as u32));
                 }
-                let what = |out: &str| format!("attention input {} ({layout}, {step_kind:?}) T={t} start={start} {shape:?}: {out}", ty.name());
+                let what = |out: &str| format!("attention input {types:?} ({layout}, {step_kind:?}) T={t} start={start} {shape:?}: {out}");
                 // The angle's f32 rounding grows with the position (as in the rope bound below);
                 // the caches add f16 rounding (2^-11 relative).
                 let tol = 2e-5 + (start + t) as f32 * 4e-8 + tolerance(shape, t) - 1e-4;

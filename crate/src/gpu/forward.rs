@@ -177,7 +177,7 @@ impl Forward {
                 if cfg.rope_neox && w.parts.iter().any(|p| p.first_row % d != 0) {
                     return Err(EngineError::from(ModelError::BadConfig(format!("layer {i}'s q/k/v weight is split over storage bindings inside a head, which NEOX RoPE cannot serve"))));
                 }
-                let op = Matmul::attention_input(gpu, shapes.matmul, w.ty, w.k, w.n, cfg.rms_eps, at(first_row));
+                let op = Matmul::attention_input(gpu, shapes.matmul, w, cfg.rms_eps, at(first_row));
                 let binding = op.bind_attention_input(gpu, &step, &x, &lw.attn_norm, w, qk_raw.as_ref().unwrap_or(&q), &page_table, caches, lw.qkv_bias.as_ref());
                 Ok((op, binding))
             };

@@ -42,4 +42,4 @@ pub mod ops;
 pub mod executor;
 
 pub use context::{Gpu, GpuError, LimitsPolicy, StepParams};
-pub use weights::{GpuWeight, WeightPart};
+pub use weights::{GpuWeight, HiRows, WeightPart};

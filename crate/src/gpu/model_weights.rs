@@ -2,7 +2,8 @@
 
 use crate::gguf::{GgufHeader, TensorInfo};
 use super::context::Gpu;
-use super::weights::GpuWeight;
+use super::ops::reads_two_types;
+use super::weights::{GpuWeight, HiRows};
 use crate::model::{Config, ModelError};
 
 use crate::engine::EngineError;
@@ -22,8 +23,9 @@ pub struct LayerWeights {
     pub w_down: GpuWeight, // (C rows of F)
 }
 
-/// Attention's q, k and v projections: one weight holding all three (one product) where their
-/// types match and they fit one buffer, else three.
+/// Attention's q, k and v projections: one weight holding all three (one product) where they fit
+/// one buffer and are of one type, or of two with the second from k's or v's first row on (as
+/// `reads_two_types` allows: Q4_K_M's Q6_K v, say), else three.
 pub enum AttnIn {
     /// (H·D + 2·Hkv·D rows of C): q's rows, then k's, then v's.
     Qkv(GpuWeight),
@@ -95,19 +97,30 @@ impl ModelWeights {
             targets.borrow_mut().push(UploadTarget { offset: t.offset, len: t.n_bytes, dest: Destination::Gpu { buffer: buffer.clone(), dst_offset: 0 } });
             Ok(buffer)
         };
-        // Tensors of one type and row length stacked in one buffer (one after another, each
-        // starting on a word), where they fit a single part: the fused products' weights.
-        let stacked = |name: String, names: &[&str]| -> Result<Option<GpuWeight>, EngineError> {
+        // Tensors of one row length stacked in one buffer (one after another, each starting on
+        // a word), where they fit a single part: the fused products' weights. Of one type, or
+        // with `two_types` of two, the second from a tensor on, where the product can read them.
+        let stacked = |name: String, names: &[&str], two_types: bool| -> Result<Option<GpuWeight>, EngineError> {
             let infos = names.iter().map(|n| info(n)).collect::<Result<Vec<_>, _>>()?;
             let first = &infos[0];
-            let fits = infos.iter().all(|t| t.ty == first.ty && t.dims[0] == first.dims[0] && t.n_bytes % 4 == 0);
-            if !fits {
+            if !infos.iter().all(|t| t.dims[0] == first.dims[0] && t.n_bytes % 4 == 0) {
                 return Ok(None);
             }
+            let k = first.dims[0] as usize;
             let rows = infos.iter().map(|t| t.dims[1] as usize).sum();
-            let w = GpuWeight::allocate(gpu, &name, first.ty, first.dims[0] as usize, rows)?;
-            let [part] = w.parts.as_slice() else { return Ok(None) };
-            stack(&mut targets.borrow_mut(), &part.buffer, &infos);
+            let w = match infos.iter().position(|t| t.ty != first.ty) {
+                None => Some(GpuWeight::allocate(gpu, &name, first.ty, k, rows)?).filter(|w| w.parts.len() == 1),
+                Some(i) if two_types && infos[i..].iter().all(|t| t.ty == infos[i].ty) => {
+                    let hi = HiRows { first_row: infos[..i].iter().map(|t| t.dims[1] as usize).sum(), ty: infos[i].ty };
+                    match reads_two_types(first.ty, k, hi) {
+                        true => GpuWeight::allocate_two_types(gpu, &name, first.ty, k, rows, hi)?,
+                        false => None,
+                    }
+                }
+                Some(_) => None,
+            };
+            let Some(w) = w else { return Ok(None) };
+            stack(&mut targets.borrow_mut(), &w.parts[0].buffer, &infos);
             Ok(Some(w))
         };
         // Layer i's q, k and v biases in one buffer, in the order of the q/k/v product's rows.
@@ -122,12 +135,12 @@ impl ModelWeights {
             .map(|i| {
                 let n = |s: &str| format!("blk.{i}.{s}.weight");
                 let (q, k, v) = (n("attn_q"), n("attn_k"), n("attn_v"));
-                let attn_in = match stacked(n("attn_qkv"), &[&q, &k, &v])? {
+                let attn_in = match stacked(n("attn_qkv"), &[&q, &k, &v], true)? {
                     Some(w) => AttnIn::Qkv(w),
                     None => AttnIn::Apart { wq: matrix(&q)?, wk: matrix(&k)?, wv: matrix(&v)? },
                 };
                 let (gate, up) = (n("ffn_gate"), n("ffn_up"));
-                let ffn_in = match stacked(n("ffn_gate_up"), &[&gate, &up])? {
+                let ffn_in = match stacked(n("ffn_gate_up"), &[&gate, &up], false)? {
                     Some(w) => FfnIn::GateUp(w),
                     None => FfnIn::Apart { gate: matrix(&gate)?, up: matrix(&up)? },
                 };

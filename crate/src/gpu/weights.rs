@@ -19,7 +19,17 @@ pub struct GpuWeight {
     pub k: usize,
     /// Rows (the output dimension of a matmul; the vocabulary of an embedding).
     pub n: usize,
+    /// Rows from a point on in another type than `ty` (a weight of one part only).
+    pub hi: Option<HiRows>,
     pub parts: Vec<WeightPart>,
+}
+
+/// The rows of a stacked weight from `first_row` on, in type `ty` rather than the weight's: a
+/// q/k/v weight whose v (or k and v) a quantization mix keeps in more bits (matmul_io.wgsl HI_ROW).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HiRows {
+    pub first_row: usize,
+    pub ty: GgmlType,
 }
 
 impl GpuWeight {
@@ -46,6 +56,35 @@ impl GpuWeight {
     /// filled with `queue.write_buffer` as the bytes arrive (`part_ranges` says which go where).
     pub fn allocate(gpu: &Gpu, name: &str, ty: GgmlType, k: usize, n: usize) -> Result<Self, GpuError> {
         Self::allocate_with_max_part_bytes(gpu, name, ty, k, n, max_part_bytes(gpu))
+    }
+
+    /// As `allocate_two_types`, written with `data` (the rows of both types one after another).
+    pub fn upload_two_types(gpu: &Gpu, name: &str, ty: GgmlType, k: usize, n: usize, hi: HiRows, data: &[u8]) -> Result<Option<Self>, GpuError> {
+        let Some(w) = Self::allocate_two_types(gpu, name, ty, k, n, hi)? else { return Ok(None) };
+        if data.len() != w.n_bytes() {
+            let reason = format!("{} bytes given, {n} rows of {k} in {} then {} from row {} need {}", data.len(), ty.name(), hi.ty.name(), hi.first_row, w.n_bytes());
+            return Err(GpuError::Weight { name: name.into(), reason });
+        }
+        for (buffer, range) in w.part_ranges() {
+            write_padded(gpu, buffer, 0, &data[range]);
+        }
+        Ok(Some(w))
+    }
+
+    /// One buffer for `n` rows of `k`, those before `hi.first_row` of `ty` and the rest of
+    /// `hi.ty`; None where they do not fit one storage binding.
+    pub fn allocate_two_types(gpu: &Gpu, name: &str, ty: GgmlType, k: usize, n: usize, hi: HiRows) -> Result<Option<Self>, GpuError> {
+        let err = |reason: String| GpuError::Weight { name: name.into(), reason };
+        let row_bytes = |ty: GgmlType| ty.row_bytes(k).ok_or_else(|| err(format!("row length {k} is not a whole number of {} blocks", ty.name())));
+        if k == 0 || hi.first_row == 0 || hi.first_row >= n {
+            return Err(err(format!("{n} rows of {k} with the second type from row {}", hi.first_row)));
+        }
+        let bytes = (hi.first_row as u64) * row_bytes(ty)? as u64 + ((n - hi.first_row) as u64) * row_bytes(hi.ty)? as u64;
+        if bytes.next_multiple_of(4) > max_part_bytes(gpu) {
+            return Ok(None);
+        }
+        let part = WeightPart { buffer: gpu.storage(&format!("{name}[0..]"), bytes), first_row: 0, rows: n };
+        Ok(Some(Self { ty, k, n, hi: Some(hi), parts: vec![part] }))
     }
 
     fn allocate_with_max_part_bytes(gpu: &Gpu, name: &str, ty: GgmlType, k: usize, n: usize, max_part_bytes: u64) -> Result<Self, GpuError> {
@@ -75,23 +114,27 @@ impl GpuWeight {
                 WeightPart { buffer: gpu.storage(&format!("{name}[{first_row}..]"), (rows * row_bytes) as u64), first_row, rows }
             })
             .collect();
-        Ok(Self { ty, k, n, parts })
+        Ok(Self { ty, k, n, hi: None, parts })
     }
 
-    fn row_bytes(&self) -> usize {
-        // Checked when the weight was allocated.
-        self.ty.row_bytes(self.k).unwrap_or(0)
+    /// The byte where row r starts in the GGUF data of the whole weight.
+    fn row_offset(&self, r: usize) -> usize {
+        // Row lengths were checked when the weight was allocated.
+        let row_bytes = |ty: GgmlType| ty.row_bytes(self.k).unwrap_or(0);
+        match self.hi {
+            Some(hi) if r > hi.first_row => hi.first_row * row_bytes(self.ty) + (r - hi.first_row) * row_bytes(hi.ty),
+            _ => r * row_bytes(self.ty),
+        }
     }
 
     /// Bytes of the whole weight as stored in the GGUF file.
     pub fn n_bytes(&self) -> usize {
-        self.n * self.row_bytes()
+        self.row_offset(self.n)
     }
 
     /// Each part's buffer and the byte range of the weight's data it holds.
     pub fn part_ranges(&self) -> impl Iterator<Item = (&wgpu::Buffer, std::ops::Range<usize>)> {
-        let row_bytes = self.row_bytes();
-        self.parts.iter().map(move |p| (&p.buffer, p.first_row * row_bytes..(p.first_row + p.rows) * row_bytes))
+        self.parts.iter().map(move |p| (&p.buffer, self.row_offset(p.first_row)..self.row_offset(p.first_row + p.rows)))
     }
 }
 

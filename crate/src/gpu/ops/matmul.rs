@@ -4,7 +4,7 @@ use crate::model::config::FfnAct;
 use super::wgsl;
 use crate::gguf::GgmlType;
 use crate::gpu::pipelines::{dispatch_linear, Kernel, OpKind, PipelineKey, Slot};
-use crate::gpu::{Gpu, GpuWeight, WeightPart};
+use crate::gpu::{Gpu, GpuWeight, HiRows, WeightPart};
 
 pub const KERNEL: Kernel = Kernel {
     op: OpKind::Matmul,
@@ -68,6 +68,7 @@ pub struct Matmul {
     ty: GgmlType,
     k: usize,
     n: usize,
+    hi: Option<HiRows>,
     norm: bool,
     attention_input: bool,
     /// matmul.wgsl `RopeFreqs`: the model's table for attention's input, a placeholder for
@@ -88,6 +89,14 @@ pub struct Matmul {
 /// 34-byte blocks), which matvec_wide reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BlockLanes(u32);
+
+/// Whether one product can read a weight whose rows from `hi.first_row` on are of `hi.ty` and
+/// those before of `ty` (matmul_io.wgsl HI_ROW): the boundary a multiple of 64, so every
+/// workgroup, tile, thread and lane group of every shape reads one type (and a head's rows are on
+/// one side), and the same one-token kernel for both types.
+pub fn reads_two_types(ty: GgmlType, k: usize, hi: HiRows) -> bool {
+    hi.first_row > 0 && hi.first_row.is_multiple_of(TILE_ROWS as usize) && BlockLanes::for_weight(ty, k) == BlockLanes::for_weight(hi.ty, k)
+}
 
 impl BlockLanes {
     pub fn for_weight(ty: GgmlType, k: usize) -> Option<Self> {
@@ -198,13 +207,13 @@ impl Matmul {
 
     /// `new` in `shape`, whatever the adapter (tests run both).
     pub fn with_shape(gpu: &Gpu, shape: MatmulShape, ty: GgmlType, k: usize, n: usize, accumulate: bool) -> Self {
-        Self::build(gpu, shape, ty, k, n, accumulate, None, Fused::No)
+        Self::build(gpu, shape, ty, k, n, accumulate, None, Fused::No, None)
     }
 
     /// y = rmsnorm(x)·wᵀ: the RMSNorm with epsilon `eps` (and the weights `bind_normed` binds)
     /// as the product's prologue, in place of a normalisation pass and its copy of x.
     pub fn with_norm(gpu: &Gpu, shape: MatmulShape, ty: GgmlType, k: usize, n: usize, accumulate: bool, eps: f32) -> Self {
-        Self::build(gpu, shape, ty, k, n, accumulate, Some(eps), Fused::No)
+        Self::build(gpu, shape, ty, k, n, accumulate, Some(eps), Fused::No, None)
     }
 
     /// The FFN's first half in one product: y (T, f) = act(rmsnorm(x)·gateᵀ) ⊙ (rmsnorm(x)·upᵀ)
@@ -212,18 +221,18 @@ impl Matmul {
     /// `bind_normed`; act·mul is its epilogue.
     #[allow(clippy::too_many_arguments)]
     pub fn gated(gpu: &Gpu, shape: MatmulShape, ty: GgmlType, k: usize, f: usize, eps: f32, act: FfnAct) -> Self {
-        Self::build(gpu, shape, ty, k, 2 * f, false, Some(eps), Fused::Gated(act))
+        Self::build(gpu, shape, ty, k, 2 * f, false, Some(eps), Fused::Gated(act), None)
     }
 
-    /// Attention's input, rmsnorm(x)·Wᵀ for a weight of `n` rows (the whole q/k/v weight, or q,
-    /// k or v alone, as `at` says), with RoPE and the f16 KV-cache write as its epilogue; bound
-    /// with `bind_attention_input`.
-    pub fn attention_input(gpu: &Gpu, shape: MatmulShape, ty: GgmlType, k: usize, n: usize, eps: f32, at: AttentionInput<'_>) -> Self {
-        Self::build(gpu, shape, ty, k, n, false, Some(eps), Fused::AttentionInput(at))
+    /// Attention's input, rmsnorm(x)·wᵀ for `w` (the whole q/k/v weight, of one type or two, or
+    /// q, k or v alone, as `at` says), with RoPE and the f16 KV-cache write as its epilogue;
+    /// bound with `bind_attention_input`.
+    pub fn attention_input(gpu: &Gpu, shape: MatmulShape, w: &GpuWeight, eps: f32, at: AttentionInput<'_>) -> Self {
+        Self::build(gpu, shape, w.ty, w.k, w.n, false, Some(eps), Fused::AttentionInput(at), w.hi)
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn build(gpu: &Gpu, shape: MatmulShape, ty: GgmlType, k: usize, n: usize, accumulate: bool, norm_eps: Option<f32>, fused: Fused<'_>) -> Self {
+    fn build(gpu: &Gpu, shape: MatmulShape, ty: GgmlType, k: usize, n: usize, accumulate: bool, norm_eps: Option<f32>, fused: Fused<'_>, hi: Option<HiRows>) -> Self {
         let gated = matches!(fused, Fused::Gated(_));
         let gelu = matches!(fused, Fused::Gated(FfnAct::GeluTanh));
         let at = match fused {
@@ -235,6 +244,8 @@ impl Matmul {
         let key = |kernel: &Kernel, entry| {
             PipelineKey::new(kernel.op, entry)
                 .with("DTYPE", ty.id())
+                .with("DTYPE_HI", hi.map_or(ty, |h| h.ty).id())
+                .with("HI_ROW", hi.map_or(0, |h| h.first_row) as u32)
                 .with("K", k as u32)
                 .with("N", if gated { n / 2 } else { n } as u32)
                 .with("ACCUMULATE", accumulate as u32)
@@ -274,7 +285,7 @@ impl Matmul {
             Some(at) => at.rope_freqs.0.clone(),
             None => gpu.placeholder("matmul.rope_freqs", (MAX_ROPE_PAIRS * 4) as u64, Slot::Uniform),
         };
-        Self { ty, k, n, norm: norm_eps.is_some(), attention_input: at.is_some(), rope_freqs, shape, matvec, matvec1, prefill }
+        Self { ty, k, n, hi, norm: norm_eps.is_some(), attention_input: at.is_some(), rope_freqs, shape, matvec, matvec1, prefill }
     }
 
     /// What the KV-cache bindings hold for products other than attention's input: two buffers,
@@ -322,7 +333,7 @@ impl Matmul {
 
     #[allow(clippy::too_many_arguments)]
     fn bind_parts(&self, gpu: &Gpu, step: &wgpu::Buffer, x: &wgpu::Buffer, norm_w: &wgpu::Buffer, w: &GpuWeight, y: &wgpu::Buffer, [pages, k_cache, v_cache]: [&wgpu::Buffer; 3], bias: &wgpu::Buffer) -> MatmulBinding {
-        assert!(w.ty == self.ty && w.k == self.k && w.n == self.n, "matmul built for {:?} ({}, {}) bound to {:?} ({}, {})", self.ty, self.n, self.k, w.ty, w.n, w.k);
+        assert!(w.ty == self.ty && w.k == self.k && w.n == self.n && w.hi == self.hi, "matmul built for {:?} ({}, {}, {:?}) bound to {:?} ({}, {}, {:?})", self.ty, self.n, self.k, self.hi, w.ty, w.n, w.k, w.hi);
         let parts = w
             .parts
             .iter()

@@ -16,7 +16,7 @@ pub mod topk;
 pub use attention_paged::{AttentionMask, AttentionPaged, AttentionPagedBinding, AttentionPlan, AttentionShape, SplitParams};
 pub use embed::{Embed, EmbedBinding};
 pub use kv_quant::{KvQuant, KvQuantBinding, SpillParams};
-pub use matmul::{AttentionInput, BlockLanes, Matmul, MatmulBinding, MatmulShape, RopeTable};
+pub use matmul::{reads_two_types, AttentionInput, BlockLanes, Matmul, MatmulBinding, MatmulShape, RopeTable};
 pub use qk_norm::{QkNorm, QkNormBinding};
 pub use rmsnorm::{RmsNorm, RmsNormBinding};
 pub use glu::{Glu, GluBinding};
