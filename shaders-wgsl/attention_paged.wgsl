@@ -19,6 +19,7 @@ override D: u32;          // head dimension (even, <= MAX_D)
 override PAGE: u32 = 16u; // tokens per page
 override TK: u32;         // keys per tile (gpu/ops/attention_paged.rs tile_keys: TK · (D/2 + 1) <= TILE_WORDS)
 override TB: u32;         // tokens per workgroup of `partial` (gpu/ops/attention_paged.rs tokens_per_block)
+override SOFTMAX_LANES: u32 = 2u; // lanes per row of `partial`'s softmax: a power of two, SOFTMAX_LANES · TB · G <= WG (softmax_lanes)
 override WINDOW: u32 = 0u; // a sliding-window layer's positions per query, its own included; 0: every position
 override SCALE: f32;       // q·k's scale: 1/sqrt(D) for most models
 
@@ -47,14 +48,14 @@ const TILE_WORDS: u32 = 1040u; // gpu/ops/attention_paged.rs TILE_WORDS: 16 keys
 const OUT_PER_LANE: u32 = MAX_G * MAX_D / 2u / WG;
 const NEG_BIG: f32 = -3.40282346e38; // a finite -inf: exp(NEG_BIG - m) is 0 without inf - inf
 
-// 8 KiB + 4160 B + 3 KiB + 384 B, under WebGPU's 16 KiB of workgroup storage. A block's rows
+// 8 KiB + 4160 B + 3 KiB + 640 B, under WebGPU's 16 KiB of workgroup storage. A block's rows
 // hold at most MAX_G · MAX_D / D queries and PROB_WORDS / TK scores a tile: the smaller the
 // head, the more tokens share each tile of keys and values.
 var<workgroup> qs: array<vec2<f32>, MAX_G * MAX_D / 2u>; // [r][i] the rows' (or decode's heads') queries, pre-scaled by 1/sqrt(D)
 var<workgroup> tile: array<u32, TILE_WORDS>;              // [j][i] a tile's keys, then its values (rows padded by a word)
 var<workgroup> probs: array<f32, PROB_WORDS>;             // [r][j] scores, then exp(score - running max)
-var<workgroup> run_max: array<f32, MAX_ROWS>;
-var<workgroup> run_sum: array<f32, MAX_ROWS>;
+var<workgroup> lane_max: array<f32, WG>;                  // [r][p] `partial`'s softmax lane p's max over row r's keys
+var<workgroup> lane_sum: array<f32, WG>;                  // [r][p] its running sum (at the end)
 var<workgroup> correction: array<f32, MAX_ROWS>;
 
 // The first position a query at position `pos` sees.
@@ -109,10 +110,13 @@ fn partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
         let qi = row_query(kh, t0 * g_count + e / half_d) + 2u * (e % half_d);
         qs[e] = vec2<f32>(q[qi], q[qi + 1u]) * scale;
     }
-    if (lid < n_rows) {
-        run_max[lid] = NEG_BIG;
-        run_sum[lid] = 0.0;
-    }
+    // The softmax: lane p of the SOFTMAX_LANES lanes of row sr = lid / SOFTMAX_LANES takes keys p,
+    // p + SOFTMAX_LANES, … of each tile. Each keeps the row's running max (the same on all its
+    // lanes) and its own keys' running sum.
+    let sr = lid / SOFTMAX_LANES;
+    let sp = lid % SOFTMAX_LANES;
+    var m_run = NEG_BIG;
+    var sum_run = 0.0;
     // Rows go in quads, so that each read of a key or value pair serves four rows (the last
     // quad's rows past n_rows compute what is never stored; TB · G rounded up to quads fits
     // every array).
@@ -153,21 +157,31 @@ fn partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
             }
         }
         workgroupBarrier();
-        if (lid < n_rows) {
-            let r = lid;
-            var m_new = run_max[r];
-            for (var j = 0u; j < n; j++) {
-                m_new = max(m_new, probs[r * TK + j]);
+        if (sr < n_rows) {
+            var m = NEG_BIG;
+            for (var j = sp; j < n; j += SOFTMAX_LANES) {
+                m = max(m, probs[sr * TK + j]);
+            }
+            lane_max[lid] = m;
+        }
+        workgroupBarrier();
+        if (sr < n_rows) {
+            var m_new = m_run;
+            for (var p = 0u; p < SOFTMAX_LANES; p++) {
+                m_new = max(m_new, lane_max[sr * SOFTMAX_LANES + p]);
             }
             var sum = 0.0;
-            for (var j = 0u; j < n; j++) {
-                let p = exp(probs[r * TK + j] - m_new);
-                probs[r * TK + j] = p;
+            for (var j = sp; j < n; j += SOFTMAX_LANES) {
+                let p = exp(probs[sr * TK + j] - m_new);
+                probs[sr * TK + j] = p;
                 sum += p;
             }
-            correction[r] = exp(run_max[r] - m_new);
-            run_sum[r] = run_sum[r] * correction[r] + sum;
-            run_max[r] = m_new;
+            let c = exp(m_run - m_new);
+            if (sp == 0u) {
+                correction[sr] = c;
+            }
+            sum_run = sum_run * c + sum;
+            m_run = m_new;
         }
         load_tile(false, k0, n, kh, lid); // the keys are scored: the tile takes the values
         workgroupBarrier();
@@ -193,8 +207,13 @@ fn partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
                 acc[4u * u + 3u] = a3;
             }
         }
-        workgroupBarrier(); // the next tile overwrites `tile` and `probs`
+        workgroupBarrier(); // the next tile overwrites `tile`, `probs` and `lane_max`
     }
+    if (sr < n_rows) {
+        lane_max[lid] = m_run;
+        lane_sum[lid] = sum_run;
+    }
+    workgroupBarrier();
 
     // Row r is query head kh·G + r % G of token t0 + r / G.
     for (var u = 0u; u < OUT_PER_LANE / 4u; u++) {
@@ -203,14 +222,23 @@ fn partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
         for (var v = 0u; v < 4u; v++) {
             let r = e / half_d * 4u + v;
             if (e < n_quads * half_d && r < n_rows) {
-                store_split_pair(row_head(kh, t0 * g_count + r), s, i, acc[4u * u + v], run_sum[r]);
+                store_split_pair(row_head(kh, t0 * g_count + r), s, i, acc[4u * u + v], row_sum(r));
             }
         }
     }
     if (lid < n_rows) {
         let r = lid;
-        store_split_stats(row_head(kh, t0 * g_count + r), s, run_max[r], run_sum[r]);
+        store_split_stats(row_head(kh, t0 * g_count + r), s, lane_max[r * SOFTMAX_LANES], row_sum(r));
     }
+}
+
+/// Row r's softmax sum over the split, from its lanes' sums at the end of `partial`.
+fn row_sum(r: u32) -> f32 {
+    var sum = 0.0;
+    for (var p = 0u; p < SOFTMAX_LANES; p++) {
+        sum += lane_sum[r * SOFTMAX_LANES + p];
+    }
+    return sum;
 }
 
 // Split s's unnormalised output pair i of (token, query head) th, whose softmax sum is `sum`:
@@ -244,8 +272,8 @@ fn store_split_stats(th: u32, s: u32, m: f32, l: f32) {
 // steps; each lane turns its own scores into probabilities; then lanes take output pairs and walk
 // the split's values (adjacent lanes adjacent words of a value row) and probabilities, adding the
 // probabilities as they go. Four barriers a split and the softmax on every lane, where `partial`
-// has four a tile of at most 32 keys and its softmax on G lanes. A token whose keys are one split
-// writes its output here: no `combine`.
+// has five a tile of at most 32 keys and its softmax on SOFTMAX_LANES lanes a row. A token
+// whose keys are one split writes its output here: no `combine`.
 const DEC_KEYS: u32 = 128u; // gpu/ops/attention_paged.rs DECODE_SPLIT_KEYS
 
 // 4 KiB + 2 KiB + 256 B beside `qs`.

@@ -137,6 +137,13 @@ fn tokens_per_block(n_heads: u32, n_kv_heads: u32, head_dim: u32, tile_keys: u32
     (1..=rows / group).rev().find(|&t| (t * group).next_multiple_of(4) <= rows).unwrap_or(1)
 }
 
+/// Lanes of `partial`'s softmax per row (attention_paged.wgsl SOFTMAX_LANES): the workgroup's 64
+/// lanes shared out over a block's rows in powers of two (SmolLM2's 24 rows: 2 lanes each;
+/// heads of 256 in groups of 4, 8 rows: 8).
+fn softmax_lanes(rows: u32) -> u32 {
+    1 << (64 / rows.max(1)).ilog2()
+}
+
 /// Keys per tile for a head dimension: as many as the tile's workgroup words hold (rows of
 /// D/2 words, padded by one), at most MAX_TILE_KEYS.
 fn tile_keys(head_dim: usize) -> u32 {
@@ -181,6 +188,7 @@ impl AttentionPaged {
         let rows = shape == AttentionShape::Lanes && head_dim.is_multiple_of(8);
         assert!(Self::supports(n_heads, n_kv_heads, head_dim), "attention: unsupported heads {n_heads}/{n_kv_heads} × {head_dim}");
         let tile_keys = tile_keys(head_dim);
+        let block_tokens = tokens_per_block(n_heads as u32, n_kv_heads as u32, head_dim as u32, tile_keys);
         let key = |entry| {
             PipelineKey::new(OpKind::AttentionPaged, entry)
                 .with("H", n_heads as u32)
@@ -188,7 +196,8 @@ impl AttentionPaged {
                 .with("D", head_dim as u32)
                 .with("PAGE", page_size as u32)
                 .with("TK", tile_keys)
-                .with("TB", tokens_per_block(n_heads as u32, n_kv_heads as u32, head_dim as u32, tile_keys))
+                .with("TB", block_tokens)
+                .with("SOFTMAX_LANES", softmax_lanes(block_tokens * (n_heads / n_kv_heads) as u32))
                 .with("WINDOW", mask.window.unwrap_or(0) as u32)
                 .with("SCALE", mask.scale)
         };
@@ -358,5 +367,16 @@ mod tests {
         let wide = SyntheticSpec { n_heads: 18, n_kv_heads: 2, n_embd: 288, ..SyntheticSpec::tiny() };
         let err = super::check_shape(&config_of(&wide)).unwrap_err().to_string();
         assert!(err.contains("9 query heads per KV head") && err.contains("at most 8"), "{err}");
+    }
+
+    #[test]
+    fn the_softmax_gives_each_row_of_a_block_as_many_lanes_as_fit() {
+        // (heads, KV heads, head dimension): SmolLM2, Llama 3.2 1B, Gemma 3 270M, a group of 8.
+        for (h, hkv, d, want) in [(9, 3, 64, 2), (32, 8, 64, 2), (32, 8, 128, 4), (4, 1, 256, 8), (8, 1, 128, 4)] {
+            let rows = super::tokens_per_block(h, hkv, d, super::tile_keys(d as usize)) * (h / hkv);
+            let lanes = super::softmax_lanes(rows);
+            assert_eq!(lanes, want, "{h}/{hkv} × {d}: {rows} rows");
+            assert!(lanes.is_power_of_two() && lanes * rows <= 64 && 2 * lanes * rows > 64, "{h}/{hkv} × {d}: {lanes} lanes × {rows} rows");
+        }
     }
 }
