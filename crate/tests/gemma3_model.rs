@@ -7,11 +7,14 @@
 mod common;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use common::{rel_err, run_greedy as run, Backend};
 
-use radixlm::engine::{Engine, EngineOptions, Sequence};
+use radixlm::engine::{Engine, EngineOptions, Poller, Sequence, Target};
 use radixlm::gpu::context::LimitsPolicy;
+use radixlm::gpu::executor::open;
+use radixlm::gpu::ops::KernelShapes;
 use radixlm::kv::spill::dir_store::DirStore;
 use radixlm::kv::spill::SpillFormat;
 
@@ -121,6 +124,17 @@ fn logits_and_greedy_tokens_on_webgpu_default_limits() {
     let cases: Vec<&Case> = goldens.cases.iter().filter(|c| c.name == "gemma3-0").collect();
     let matched = check_goldens(&mut engine, &cases, &goldens.banned);
     println!("GPU: {matched} of {} greedy steps equal llama.cpp's", 32 * cases.len());
+}
+
+#[test]
+fn logits_in_the_gpu_shapes() {
+    // The real-GPU kernels on whatever adapter runs the tests, over the file's own mix: half the
+    // layers keep v in Q8_0 beside Q5_0 q and k, read by one q/k/v product of two types.
+    let gpu = Arc::new(open(LimitsPolicy::WebGpuDefault).unwrap());
+    let opts = EngineOptions { kernels: Some(KernelShapes::for_gpu(&gpu)), ..Default::default() };
+    let target = Target::Gpu(gpu);
+    let mut engine = Poller::for_target(&target).block_on(Engine::load(target, &model_bytes(), &opts)).unwrap();
+    check_logits(&mut engine, &goldens());
 }
 
 #[test]
