@@ -1,7 +1,7 @@
 // GGUF block formats read in place (gguf/blocks.rs holds the CPU twin). A kernel that includes
 // this file binds its weights as array<u32> and defines `fn weight_word(i: u32) -> u32`; each
 // reader takes the ggml type id `ty`, which kernels pass as a pipeline constant so that the
-// compiler keeps only that type's case. Blocks are 18 to 210 bytes, many not a multiple of 4, so
+// compiler keeps only that type's case (or, over a weight of two types, the row's). Blocks are 18 to 210 bytes, many not a multiple of 4, so
 // values are read at any byte offset by joining two words.
 
 const TYPE_F32: u32 = 0u;

@@ -35,10 +35,11 @@ override QK_NORM: bool = false;    // with ATTN_IN: q and k are normalised per h
 
 // Two types (HI_ROW > 0): a q/k/v weight whose k and v rows, or v's alone, a quantization mix
 // keeps in another type (Q4_K_M: Q6_K for some layers' v) is still one product. HI_ROW is a
-// multiple of 64 (gpu/ops/matmul.rs `RowTypes`), so the rows of a workgroup, a tile, a thread or a
-// lane group are all of one type: each reads its type once and takes that type's loop, with no
-// divergence. The readers below pass the type as a constant, so each loop keeps only its type's
-// case, and without HI_ROW the branches fold away.
+// multiple of 64 (gpu/ops/matmul.rs `reads_two_types`), so the rows of a workgroup, a tile, a
+// thread or a lane group are all of one type: each picks its type once, and the readers' switch
+// on it is uniform there (no divergence). Without HI_ROW the type is DTYPE, a constant, and the
+// compiler keeps only its case; one call of each reader either way, so a pipeline of one type
+// compiles as it would without this.
 
 /// Whether weight row r (of this part) is of type DTYPE_HI.
 fn is_hi(r: u32) -> bool {
@@ -53,20 +54,19 @@ fn row_start(r: u32) -> u32 {
     return r * row_bytes(DTYPE, K);
 }
 
+/// The type of rows of type DTYPE_HI (`hi`) or DTYPE.
+fn row_type(hi: bool) -> u32 {
+    return select(DTYPE, DTYPE_HI, hi);
+}
+
 /// weights4 of a row of type DTYPE_HI (`hi`) or DTYPE.
 fn row_weights4(hi: bool, row: u32, k: u32) -> vec4<f32> {
-    if (hi) {
-        return weights4(DTYPE_HI, row, k);
-    }
-    return weights4(DTYPE, row, k);
+    return weights4(row_type(hi), row, k);
 }
 
 /// weight1 of a row of type DTYPE_HI (`hi`) or DTYPE.
 fn row_weight1(hi: bool, row: u32, k: u32) -> f32 {
-    if (hi) {
-        return weight1(DTYPE_HI, row, k);
-    }
-    return weight1(DTYPE, row, k);
+    return weight1(row_type(hi), row, k);
 }
 
 // GATED: the weight holds the gate's N rows, then the up projection's N rows (one buffer, one

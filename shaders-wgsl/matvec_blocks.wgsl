@@ -334,12 +334,7 @@ fn matvec_blocks(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups)
     }
     mv_sum_sq = 0.0;
     // The group's rows are all of one type (HI_ROW is a multiple of 64).
-    var acc: vec4<f32>;
-    if (is_hi(weight_row(r0, 0u, MV_ROWS))) {
-        acc = mv_rows(DTYPE_HI, rows, lane);
-    } else {
-        acc = mv_rows(DTYPE, rows, lane);
-    }
+    let acc = mv_rows(row_type(is_hi(weight_row(r0, 0u, MV_ROWS))), rows, lane);
     for (var j = 0u; j < MV_ROWS; j++) {
         mv_sums[j * MV_WG + lid] = acc[j];
     }
