@@ -41,15 +41,24 @@ impl GpuWeight {
 
     /// As `upload`, with an explicit cap on each part's bytes (tests force splitting with it).
     pub fn upload_with_max_part_bytes(gpu: &Gpu, name: &str, ty: GgmlType, k: usize, n: usize, data: &[u8], max_part_bytes: u64) -> Result<Self, GpuError> {
-        let w = Self::allocate_with_max_part_bytes(gpu, name, ty, k, n, max_part_bytes)?;
-        if data.len() != w.n_bytes() {
-            let reason = format!("{} bytes given, {n} rows of {k} {} need {}", data.len(), ty.name(), w.n_bytes());
+        Self::allocate_with_max_part_bytes(gpu, name, ty, k, n, max_part_bytes)?.filled(gpu, name, data)
+    }
+
+    /// The weight with `data` (the whole weight's bytes) written into its parts.
+    fn filled(self, gpu: &Gpu, name: &str, data: &[u8]) -> Result<Self, GpuError> {
+        if data.len() != self.n_bytes() {
+            let (n, k) = (self.n, self.k);
+            let types = match self.hi {
+                None => self.ty.name().to_string(),
+                Some(hi) => format!("in {} then {} from row {}", self.ty.name(), hi.ty.name(), hi.first_row),
+            };
+            let reason = format!("{} bytes given, {n} rows of {k} {types} need {}", data.len(), self.n_bytes());
             return Err(GpuError::Weight { name: name.into(), reason });
         }
-        for (buffer, range) in w.part_ranges() {
+        for (buffer, range) in self.part_ranges() {
             write_padded(gpu, buffer, 0, &data[range]);
         }
-        Ok(w)
+        Ok(self)
     }
 
     /// Buffers for the weight, split by rows to fit the device's storage-binding limit, to be
@@ -60,15 +69,7 @@ impl GpuWeight {
 
     /// As `allocate_two_types`, written with `data` (the rows of both types one after another).
     pub fn upload_two_types(gpu: &Gpu, name: &str, ty: GgmlType, k: usize, n: usize, hi: HiRows, data: &[u8]) -> Result<Option<Self>, GpuError> {
-        let Some(w) = Self::allocate_two_types(gpu, name, ty, k, n, hi)? else { return Ok(None) };
-        if data.len() != w.n_bytes() {
-            let reason = format!("{} bytes given, {n} rows of {k} in {} then {} from row {} need {}", data.len(), ty.name(), hi.ty.name(), hi.first_row, w.n_bytes());
-            return Err(GpuError::Weight { name: name.into(), reason });
-        }
-        for (buffer, range) in w.part_ranges() {
-            write_padded(gpu, buffer, 0, &data[range]);
-        }
-        Ok(Some(w))
+        Self::allocate_two_types(gpu, name, ty, k, n, hi)?.map(|w| w.filled(gpu, name, data)).transpose()
     }
 
     /// One buffer for `n` rows of `k`, those before `hi.first_row` of `ty` and the rest of
