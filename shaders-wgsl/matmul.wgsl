@@ -98,10 +98,9 @@ fn f16x4(u: vec4<u32>, high: bool) -> vec4<f32> {
     return vec4<f32>(unpack2x16float(u.x >> s).x, unpack2x16float(u.y >> s).x, unpack2x16float(u.z >> s).x, unpack2x16float(u.w >> s).x);
 }
 
-/// Weights k .. k + 3 of four rows (starting at bytes `rows`, of type DTYPE_HI if `hi`), one row
-/// a column.
-fn columns4(hi: bool, rows: vec4<u32>, k: u32) -> mat4x4<f32> {
-    return mat4x4<f32>(row_weights4(hi, rows.x, k), row_weights4(hi, rows.y, k), row_weights4(hi, rows.z, k), row_weights4(hi, rows.w, k));
+/// Weights k .. k + 3 of four rows of type `ty` (starting at bytes `rows`), one row a column.
+fn columns4(ty: u32, rows: vec4<u32>, k: u32) -> mat4x4<f32> {
+    return mat4x4<f32>(weights4(ty, rows.x, k), weights4(ty, rows.y, k), weights4(ty, rows.z, k), weights4(ty, rows.w, k));
 }
 
 /// Q4_1 weights of four rows, one row a column, from their nibble words `q` (the low or high
@@ -165,6 +164,7 @@ fn matmul_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
         return;
     }
     let hi = is_hi(weight_row(r0, 0u, 8u)); // the type of all eight rows
+    let ty = row_type(hi);
     let wa = vec4<u32>(row_start(weight_row(r0, 0u, 8u)), row_start(weight_row(r0, 1u, 8u)), row_start(weight_row(r0, 2u, 8u)), row_start(weight_row(r0, 3u, 8u)));
     let wb = vec4<u32>(row_start(weight_row(r0, 4u, 8u)), row_start(weight_row(r0, 5u, 8u)), row_start(weight_row(r0, 6u, 8u)), row_start(weight_row(r0, 7u, 8u)));
     xrow = min(vec4<u32>(t0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(nt - 1u)) * K;
@@ -231,14 +231,14 @@ fn matmul_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
         // Any type and row length, four weights at a time (without HI_ROW a branch on
         // constants: the paths above leave it out of their pipelines).
         for (; k + 4u <= K; k += 4u) {
-            accumulate(k, columns4(hi, wa, k), columns4(hi, wb, k));
+            accumulate(k, columns4(ty, wa, k), columns4(ty, wb, k));
         }
     }
     if (K % 4u != 0u) {
         // A row length that is not a multiple of 4 (F32 or F16): one column at a time.
         for (; k < K; k++) {
-            let ca = vec4<f32>(row_weight1(hi, wa.x, k), row_weight1(hi, wa.y, k), row_weight1(hi, wa.z, k), row_weight1(hi, wa.w, k));
-            let cb = vec4<f32>(row_weight1(hi, wb.x, k), row_weight1(hi, wb.y, k), row_weight1(hi, wb.z, k), row_weight1(hi, wb.w, k));
+            let ca = vec4<f32>(weight1(ty, wa.x, k), weight1(ty, wa.y, k), weight1(ty, wa.z, k), weight1(ty, wa.w, k));
+            let cb = vec4<f32>(weight1(ty, wb.x, k), weight1(ty, wb.y, k), weight1(ty, wb.z, k), weight1(ty, wb.w, k));
             let xs = vec4<f32>(x[xrow.x + k], x[xrow.y + k], x[xrow.z + k], x[xrow.w + k]);
             let v = xs * norm4(k).x;
             if (NORM) {
@@ -300,7 +300,7 @@ fn matvec_wide(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
 /// One lane's share of a `matvec_wide` workgroup's sums: entry i·WIDE_ROWS + j is token i's row
 /// j, entry MAX_TOKENS·WIDE_ROWS + i token i's sum of squares (with NORM).
 fn wide_lane_sums(r0: u32, nt: u32, lid: u32) -> array<f32, WIDE_SUMS> {
-    let hi = is_hi(weight_row(r0, 0u, WIDE_ROWS)); // the type of all WIDE_ROWS rows
+    let ty = row_type(is_hi(weight_row(r0, 0u, WIDE_ROWS))); // the type of all WIDE_ROWS rows
     var wrow = array<u32, WIDE_ROWS>();
     for (var j = 0u; j < WIDE_ROWS; j++) {
         wrow[j] = row_start(weight_row(r0, j, WIDE_ROWS));
@@ -318,7 +318,7 @@ fn wide_lane_sums(r0: u32, nt: u32, lid: u32) -> array<f32, WIDE_SUMS> {
             xv[i] = x4(i * K, k);
         }
         for (var j = 0u; j < WIDE_ROWS; j++) {
-            let wv = row_weights4(hi, wrow[j], k);
+            let wv = weights4(ty, wrow[j], k);
             for (var i = 0u; i < nt; i++) {
                 acc[i][j] += dot(xv[i], wv);
             }
@@ -331,7 +331,7 @@ fn wide_lane_sums(r0: u32, nt: u32, lid: u32) -> array<f32, WIDE_SUMS> {
             }
         }
         for (var j = 0u; j < WIDE_ROWS; j++) {
-            let wv = row_weight1(hi, wrow[j], k);
+            let wv = weight1(ty, wrow[j], k);
             for (var i = 0u; i < nt; i++) {
                 acc[i][j] += wv * x1(i * K, k);
             }
@@ -396,21 +396,21 @@ fn tile_weight_row(r0: u32, s: u32) -> u32 {
     return weight_row(r0, s, TILE_ROWS);
 }
 
-/// Weights k .. k + 3 of the row starting at byte `row` (of type DTYPE_HI if `hi`), zero past K.
-fn tile_weights4(hi: bool, row: u32, k: u32) -> vec4<f32> {
+/// Weights k .. k + 3 of the row of type `ty` starting at byte `row`, zero past K.
+fn tile_weights4(ty: u32, row: u32, k: u32) -> vec4<f32> {
     if (k + 4u <= K) {
-        return row_weights4(hi, row, k);
+        return weights4(ty, row, k);
     }
     var v = vec4<f32>();
     for (var e = 0u; e < 4u && k + e < K; e++) {
-        v[e] = row_weight1(hi, row, k + e);
+        v[e] = weight1(ty, row, k + e);
     }
     return v;
 }
 
-/// Weights k .. k + 3 of the four rows starting at bytes `rows`, zero past K.
-fn tile_weights(hi: bool, rows: vec4<u32>, k: u32) -> mat4x4<f32> {
-    return mat4x4<f32>(tile_weights4(hi, rows.x, k), tile_weights4(hi, rows.y, k), tile_weights4(hi, rows.z, k), tile_weights4(hi, rows.w, k));
+/// Weights k .. k + 3 of the four rows of type `ty` starting at bytes `rows`, zero past K.
+fn tile_weights(ty: u32, rows: vec4<u32>, k: u32) -> mat4x4<f32> {
+    return mat4x4<f32>(tile_weights4(ty, rows.x, k), tile_weights4(ty, rows.y, k), tile_weights4(ty, rows.z, k), tile_weights4(ty, rows.w, k));
 }
 
 /// Raw activations k .. k + 3 of the row starting at `row`, zero past K.
@@ -548,7 +548,7 @@ fn matmul_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation
     // s + 16, s + 32, s + 48 (clamped to the last token; only real tokens are stored).
     let g = lid % (TILE_K / 4u);
     let s = lid / (TILE_K / 4u);
-    let hi = is_hi(tile_weight_row(r0, 0u)); // the type of all the tile's rows
+    let ty = row_type(is_hi(tile_weight_row(r0, 0u))); // the type of all the tile's rows
     let wrow = vec4<u32>(row_start(tile_weight_row(r0, s)), row_start(tile_weight_row(r0, s + 16u)), row_start(tile_weight_row(r0, s + 32u)), row_start(tile_weight_row(r0, s + 48u)));
     let xrow = min(vec4<u32>(t0 + s) + vec4<u32>(0u, 16u, 32u, 48u), vec4<u32>(nt - 1u)) * K;
     var sq = vec4<f32>();
@@ -589,7 +589,7 @@ fn matmul_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation
     // Double-buffered through registers: a step's weights and activations are read (and the
     // weights dequantized) before the step before it multiplies, so the reads' latency hides
     // behind that step's arithmetic; workgroup memory holds one tile.
-    var w_next = tile_weights(hi, wrow, g * 4u);
+    var w_next = tile_weights(ty, wrow, g * 4u);
     var x_next = tile_x4x4(xrow, g * 4u);
     for (var k0 = 0u; k0 < K; k0 += TILE_K) {
         let k = k0 + g * 4u;
@@ -607,7 +607,7 @@ fn matmul_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation
         x_tile[(s + 48u) * TILE_K4 + g] = TileVec(x_next[3] * n * pre.w);
         workgroupBarrier();
         if (k0 + TILE_K < K) {
-            w_next = tile_weights(hi, wrow, k + TILE_K);
+            w_next = tile_weights(ty, wrow, k + TILE_K);
             x_next = tile_x4x4(xrow, k + TILE_K);
         }
         let t = 8u * tg;

@@ -59,16 +59,6 @@ fn row_type(hi: bool) -> u32 {
     return select(DTYPE, DTYPE_HI, hi);
 }
 
-/// weights4 of a row of type DTYPE_HI (`hi`) or DTYPE.
-fn row_weights4(hi: bool, row: u32, k: u32) -> vec4<f32> {
-    return weights4(row_type(hi), row, k);
-}
-
-/// weight1 of a row of type DTYPE_HI (`hi`) or DTYPE.
-fn row_weight1(hi: bool, row: u32, k: u32) -> f32 {
-    return weight1(row_type(hi), row, k);
-}
-
 // GATED: the weight holds the gate's N rows, then the up projection's N rows (one buffer, one
 // part); a thread's (or workgroup's) rows are its first half's outputs from the gate and the
 // same outputs from up, so act(gate)·up is its epilogue and y has N columns.

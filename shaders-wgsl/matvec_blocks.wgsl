@@ -299,16 +299,6 @@ fn mv_unit(ty: u32, rows: vec4<u32>, u: u32) -> vec4<f32> {
     return r;
 }
 
-/// A lane's sums of the four rows of type `ty` starting at bytes `rows`: units lane,
-/// lane + BLOCK_LANES, ...
-fn mv_rows(ty: u32, rows: vec4<u32>, lane: u32) -> vec4<f32> {
-    var acc = vec4<f32>();
-    for (var u = lane; u < K / mv_unit_len(ty); u += BLOCK_LANES) {
-        acc += mv_unit(ty, rows, u);
-    }
-    return acc;
-}
-
 /// Group g's total of entry e (row e, or MV_ROWS: the sum of squares).
 fn mv_total(e: u32, g: u32) -> f32 {
     var t = 0.0;
@@ -334,7 +324,11 @@ fn matvec_blocks(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups)
     }
     mv_sum_sq = 0.0;
     // The group's rows are all of one type (HI_ROW is a multiple of 64).
-    let acc = mv_rows(row_type(is_hi(weight_row(r0, 0u, MV_ROWS))), rows, lane);
+    let ty = row_type(is_hi(weight_row(r0, 0u, MV_ROWS)));
+    var acc = vec4<f32>();
+    for (var u = lane; u < K / mv_unit_len(ty); u += BLOCK_LANES) {
+        acc += mv_unit(ty, rows, u);
+    }
     for (var j = 0u; j < MV_ROWS; j++) {
         mv_sums[j * MV_WG + lid] = acc[j];
     }
